@@ -1,0 +1,131 @@
+//! The store's public boundary: an async, page-based trait.
+//!
+//! Everything above the store (catalog, planner, gateway) talks to a
+//! `dyn TableStore`. Implementations: [`LocalStore`] (the embedded engine),
+//! the partition layer wrapping it, and later a remote backend (Azure Table
+//! Storage over REST). Nothing in the trait mentions the engine.
+
+use std::ops::Bound;
+
+use async_trait::async_trait;
+
+use crate::entity::Entity;
+use crate::error::Result;
+use crate::local::LocalStore;
+use crate::ops::{OpOutcome, Operation};
+use crate::query::{Page, PageRequest, Query};
+
+/// A table as the store knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableInfo {
+    /// Name with its original case.
+    pub name: String,
+}
+
+/// Cheap, always-current table counts for the planner's estimates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableStats {
+    /// Entities in the table.
+    pub entities: u64,
+    /// Distinct PartitionKeys with at least one entity.
+    pub partitions: u64,
+}
+
+/// Entity count of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// The PartitionKey.
+    pub partition_key: String,
+    /// Entities in it.
+    pub entities: u64,
+}
+
+/// A partitioned table store with Azure Table semantics.
+#[async_trait]
+pub trait TableStore: Send + Sync + std::fmt::Debug {
+    /// Creates a table; names are unique case-insensitively.
+    async fn create_table(&self, name: &str) -> Result<TableInfo>;
+    /// Drops a table and its data.
+    async fn drop_table(&self, name: &str) -> Result<()>;
+    /// Every table.
+    async fn list_tables(&self) -> Result<Vec<TableInfo>>;
+    /// Point read.
+    async fn get(&self, table: &str, partition_key: &str, row_key: &str) -> Result<Option<Entity>>;
+    /// One page of a query.
+    async fn query(&self, table: &str, query: &Query, page: &PageRequest) -> Result<Page>;
+    /// An entity-group transaction (a single write is a batch of one).
+    async fn execute(&self, table: &str, ops: Vec<Operation>) -> Result<Vec<OpOutcome>>;
+    /// Table counts.
+    async fn table_stats(&self, table: &str) -> Result<TableStats>;
+    /// Partition counts for PartitionKeys within bounds, at most `limit`.
+    async fn partition_stats(
+        &self,
+        table: &str,
+        lo: Bound<String>,
+        hi: Bound<String>,
+        limit: usize,
+    ) -> Result<Vec<PartitionStats>>;
+}
+
+/// Runs blocking store work off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(crate::StoreError::Engine(format!("store task failed: {e}"))))
+}
+
+#[async_trait]
+impl TableStore for LocalStore {
+    async fn create_table(&self, name: &str) -> Result<TableInfo> {
+        let (s, name) = (self.clone(), name.to_owned());
+        blocking(move || s.create_table_blocking(&name)).await
+    }
+
+    async fn drop_table(&self, name: &str) -> Result<()> {
+        let (s, name) = (self.clone(), name.to_owned());
+        blocking(move || s.drop_table_blocking(&name)).await
+    }
+
+    async fn list_tables(&self) -> Result<Vec<TableInfo>> {
+        Ok(self.list_tables_blocking())
+    }
+
+    async fn get(&self, table: &str, partition_key: &str, row_key: &str) -> Result<Option<Entity>> {
+        // Point reads are short; they run inline rather than paying for a
+        // thread hand-off.
+        self.get_blocking(table, partition_key, row_key)
+    }
+
+    async fn query(&self, table: &str, query: &Query, page: &PageRequest) -> Result<Page> {
+        let (s, t, q, p) = (self.clone(), table.to_owned(), query.clone(), page.clone());
+        blocking(move || s.query_blocking(&t, &q, &p)).await
+    }
+
+    async fn execute(&self, table: &str, ops: Vec<Operation>) -> Result<Vec<OpOutcome>> {
+        let (s, t) = (self.clone(), table.to_owned());
+        blocking(move || s.execute_blocking(&t, &ops)).await
+    }
+
+    async fn table_stats(&self, table: &str) -> Result<TableStats> {
+        self.table_stats_blocking(table)
+    }
+
+    async fn partition_stats(
+        &self,
+        table: &str,
+        lo: Bound<String>,
+        hi: Bound<String>,
+        limit: usize,
+    ) -> Result<Vec<PartitionStats>> {
+        let (s, t) = (self.clone(), table.to_owned());
+        blocking(move || {
+            s.partition_stats_blocking(
+                &t,
+                lo.as_ref().map(String::as_str),
+                hi.as_ref().map(String::as_str),
+                limit,
+            )
+        })
+        .await
+    }
+}

@@ -1,0 +1,71 @@
+//! The narrow key/value interface the entity store is written against, and
+//! its two implementations: [`fjall`](fjall_engine) (durable, the default)
+//! and [`memory`] (a BTreeMap, for tests and throwaway stores).
+//!
+//! The engine knows bytes, three keyspaces and atomic batches; nothing about
+//! entities. Everything above this module is engine-agnostic, and nothing
+//! outside the store crate sees this trait or fjall.
+
+pub(crate) mod fjall_engine;
+pub(crate) mod memory;
+
+use std::ops::Bound;
+
+use crate::error::Result;
+
+/// The engine's separate ordered keyspaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Space {
+    /// Entities by `codec::entity_key`.
+    Entities,
+    /// Table registry and store metadata.
+    Meta,
+    /// Per-partition entity counts by `codec::stats_key`.
+    Stats,
+}
+
+/// One change in an atomic batch.
+#[derive(Debug, Clone)]
+pub(crate) enum Mutation {
+    Put {
+        space: Space,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        space: Space,
+        key: Vec<u8>,
+    },
+}
+
+/// Key/value pairs in ascending key order.
+pub(crate) type KvIter<'a> = Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + Send + 'a>;
+
+/// When a write is acknowledged relative to the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// fsync (fdatasync) the journal before acknowledging; concurrent writers
+    /// share one fsync (group commit). Survives power loss.
+    #[default]
+    Sync,
+    /// Hand the journal to the OS before acknowledging. Survives a crash or
+    /// `kill -9` of the process, not a power loss or kernel crash.
+    Buffered,
+}
+
+/// An ordered, multi-keyspace key/value engine with atomic batches.
+pub(crate) trait Engine: Send + Sync + std::fmt::Debug + 'static {
+    /// Reads one key.
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Iterates `[start, end)`-style bounded ranges in ascending key order.
+    /// The iterator need not be a snapshot across its whole life, but every
+    /// pair it yields was committed, and no batch is ever seen half-applied.
+    fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_>;
+
+    /// Applies every mutation atomically, durably as configured, then returns.
+    fn apply(&self, batch: Vec<Mutation>) -> Result<()>;
+
+    /// Bytes on disk (0 for memory).
+    fn disk_space(&self) -> u64;
+}

@@ -1,0 +1,629 @@
+//! [`LocalStore`]: the embedded entity store — the "stream layer" of the
+//! seeds, where data lives — over an [`Engine`] (fjall on disk, or memory).
+//!
+//! Writes: every write is an entity-group transaction. It takes the table's
+//! write gate (shared; a drop takes it exclusively) and the lock stripe of
+//! its PartitionKey, reads the current entities, applies the operations in
+//! order with [`Operation::apply`], and commits the new entities plus the
+//! partition's entity count in one atomic engine batch. Concurrent EGTs on
+//! one partition therefore serialize, and ETag checks cannot race.
+//!
+//! Reads take no locks: gets read the engine directly and query pages scan
+//! it, ending where [`PageRequest`] says (page size, time budget, partition
+//! boundary) with a continuation token.
+
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Instant;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::clock::{Clock, SystemClock};
+use crate::codec;
+use crate::engine::fjall_engine::FjallEngine;
+use crate::engine::memory::MemoryEngine;
+use crate::engine::{Durability, Engine, Mutation, Space};
+use crate::entity::{DateTime, Entity};
+use crate::error::{Result, StoreError};
+use crate::limits;
+use crate::ops::{Effect, OpOutcome, Operation, check_batch};
+use crate::query::{ContinuationToken, Page, PageRequest, Query, Resume};
+use crate::{PartitionStats, TableInfo, TableStats};
+
+const LOCK_STRIPES: usize = 1024;
+const TABLE_KEY_PREFIX: &[u8] = b"table/";
+const DROPPING_KEY_PREFIX: &[u8] = b"dropping/";
+const NEXT_TABLE_ID_KEY: &[u8] = b"next_table_id";
+/// Entities deleted per engine batch while purging a dropped table.
+const PURGE_CHUNK: usize = 4096;
+/// How often (in scanned entities) a page checks its time budget.
+const BUDGET_CHECK_EVERY: u64 = 64;
+
+/// How to open a [`LocalStore`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// When writes are acknowledged relative to the disk.
+    pub durability: Durability,
+    /// Block cache size for the durable engine.
+    pub cache_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            durability: Durability::Sync,
+            cache_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct TableEntry {
+    id: u64,
+    name: String,
+    /// Entities in the table (sum of the persisted partition counts).
+    entities: AtomicI64,
+    /// Partitions with at least one entity.
+    partitions: AtomicI64,
+    /// Writers hold it shared; drop holds it exclusively.
+    gate: RwLock<()>,
+    dropped: AtomicBool,
+}
+
+/// The embedded entity store. Cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct LocalStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    engine: Box<dyn Engine>,
+    clock: Arc<dyn Clock>,
+    tables: RwLock<HashMap<String, Arc<TableEntry>>>,
+    /// Serializes create/drop (and table-id allocation).
+    ddl: Mutex<()>,
+    stripes: Vec<Mutex<()>>,
+    /// Last timestamp handed out, so timestamps never repeat.
+    last_ts: AtomicI64,
+}
+
+impl LocalStore {
+    /// Opens (or creates) a durable store in `path`, recovering its journal
+    /// and finishing any table drop a crash interrupted.
+    pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
+        let engine = FjallEngine::open(path.as_ref(), options.durability, options.cache_bytes)?;
+        Self::with_engine(Box::new(engine), Arc::new(SystemClock))
+    }
+
+    /// A store in memory, gone when dropped.
+    pub fn in_memory() -> Self {
+        Self::in_memory_with_clock(Arc::new(SystemClock))
+    }
+
+    /// A store in memory with a given clock.
+    pub fn in_memory_with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self::with_engine(Box::new(MemoryEngine::default()), clock)
+            .expect("an empty memory engine always opens")
+    }
+
+    fn with_engine(engine: Box<dyn Engine>, clock: Arc<dyn Clock>) -> Result<Self> {
+        let inner = Inner {
+            engine,
+            clock,
+            tables: RwLock::new(HashMap::new()),
+            ddl: Mutex::new(()),
+            stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            last_ts: AtomicI64::new(i64::MIN),
+        };
+        inner.load_tables()?;
+        inner.finish_interrupted_drops()?;
+        Ok(LocalStore {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Bytes the store occupies on disk.
+    pub fn disk_space(&self) -> u64 {
+        self.inner.engine.disk_space()
+    }
+
+    /// Creates a table (names are unique case-insensitively).
+    pub fn create_table_blocking(&self, name: &str) -> Result<TableInfo> {
+        self.inner.create_table(name)
+    }
+
+    /// Drops a table and removes all its entities.
+    pub fn drop_table_blocking(&self, name: &str) -> Result<()> {
+        self.inner.drop_table(name)
+    }
+
+    /// Every table, ordered by name.
+    pub fn list_tables_blocking(&self) -> Vec<TableInfo> {
+        let mut v: Vec<_> = self
+            .inner
+            .tables
+            .read()
+            .values()
+            .map(|t| TableInfo {
+                name: t.name.clone(),
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Reads one entity.
+    pub fn get_blocking(&self, table: &str, pk: &str, rk: &str) -> Result<Option<Entity>> {
+        let t = self.inner.table(table)?;
+        let key = codec::entity_key(t.id, pk, rk);
+        self.inner
+            .engine
+            .get(Space::Entities, &key)?
+            .map(|v| codec::decode_entity(pk, rk, &v, None))
+            .transpose()
+    }
+
+    /// Applies an entity-group transaction atomically. A failure names the
+    /// failing operation's index and nothing is applied.
+    pub fn execute_blocking(&self, table: &str, ops: &[Operation]) -> Result<Vec<OpOutcome>> {
+        self.inner.execute(table, ops)
+    }
+
+    /// Reads one page of a query.
+    pub fn query_blocking(&self, table: &str, query: &Query, page: &PageRequest) -> Result<Page> {
+        self.inner.query(table, query, page)
+    }
+
+    /// Entity and partition counts of a table.
+    pub fn table_stats_blocking(&self, table: &str) -> Result<TableStats> {
+        let t = self.inner.table(table)?;
+        Ok(TableStats {
+            entities: t.entities.load(Ordering::Relaxed).max(0) as u64,
+            partitions: t.partitions.load(Ordering::Relaxed).max(0) as u64,
+        })
+    }
+
+    /// Per-partition entity counts for PartitionKeys in `[lo, hi]` bounds, at
+    /// most `limit` partitions (in key order).
+    pub fn partition_stats_blocking(
+        &self,
+        table: &str,
+        lo: Bound<&str>,
+        hi: Bound<&str>,
+        limit: usize,
+    ) -> Result<Vec<PartitionStats>> {
+        let t = self.inner.table(table)?;
+        let key = |pk: &str| codec::stats_key(t.id, pk);
+        let start = match lo {
+            Bound::Unbounded => Bound::Included(codec::table_prefix(t.id).to_vec()),
+            Bound::Included(p) => Bound::Included(key(p)),
+            Bound::Excluded(p) => Bound::Excluded(key(p)),
+        };
+        let end = match hi {
+            Bound::Unbounded => Bound::Excluded(codec::table_prefix(t.id + 1).to_vec()),
+            Bound::Included(p) => Bound::Included(key(p)),
+            Bound::Excluded(p) => Bound::Excluded(key(p)),
+        };
+        let mut out = Vec::new();
+        for kv in self.inner.engine.scan(Space::Stats, start, end).take(limit) {
+            let (k, v) = kv?;
+            out.push(PartitionStats {
+                partition_key: decode_stats_pk(&k)?.to_owned(),
+                entities: decode_count(&v)?,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn decode_stats_pk(k: &[u8]) -> Result<&str> {
+    std::str::from_utf8(&k[codec::TABLE_PREFIX_LEN..])
+        .map_err(|_| StoreError::Corrupt("statistics key is not UTF-8".into()))
+}
+
+fn decode_count(v: &[u8]) -> Result<u64> {
+    Ok(u64::from_be_bytes(v.try_into().map_err(|_| {
+        StoreError::Corrupt("partition count is not 8 bytes".into())
+    })?))
+}
+
+fn table_meta_key(lower: &str) -> Vec<u8> {
+    [TABLE_KEY_PREFIX, lower.as_bytes()].concat()
+}
+
+fn dropping_key(id: u64) -> Vec<u8> {
+    [DROPPING_KEY_PREFIX, &id.to_be_bytes()].concat()
+}
+
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    *end.last_mut().expect("non-empty prefix") += 1;
+    end
+}
+
+impl Inner {
+    fn load_tables(&self) -> Result<()> {
+        let mut tables = self.tables.write();
+        let scan = self.engine.scan(
+            Space::Meta,
+            Bound::Included(TABLE_KEY_PREFIX.to_vec()),
+            Bound::Excluded(prefix_end(TABLE_KEY_PREFIX)),
+        );
+        for kv in scan {
+            let (k, v) = kv?;
+            let lower = std::str::from_utf8(&k[TABLE_KEY_PREFIX.len()..])
+                .map_err(|_| StoreError::Corrupt("table key is not UTF-8".into()))?;
+            if v.len() < 8 {
+                return Err(StoreError::Corrupt("table record too short".into()));
+            }
+            let id = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
+            let name = String::from_utf8(v[8..].to_vec())
+                .map_err(|_| StoreError::Corrupt("table name is not UTF-8".into()))?;
+            let (mut entities, mut partitions) = (0i64, 0i64);
+            let stats = self.engine.scan(
+                Space::Stats,
+                Bound::Included(codec::table_prefix(id).to_vec()),
+                Bound::Excluded(codec::table_prefix(id + 1).to_vec()),
+            );
+            for kv in stats {
+                let (_, v) = kv?;
+                entities += decode_count(&v)? as i64;
+                partitions += 1;
+            }
+            tables.insert(
+                lower.to_owned(),
+                Arc::new(TableEntry {
+                    id,
+                    name,
+                    entities: AtomicI64::new(entities),
+                    partitions: AtomicI64::new(partitions),
+                    gate: RwLock::new(()),
+                    dropped: AtomicBool::new(false),
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    fn finish_interrupted_drops(&self) -> Result<()> {
+        let pending: Vec<u64> = self
+            .engine
+            .scan(
+                Space::Meta,
+                Bound::Included(DROPPING_KEY_PREFIX.to_vec()),
+                Bound::Excluded(prefix_end(DROPPING_KEY_PREFIX)),
+            )
+            .map(|kv| {
+                let (k, _) = kv?;
+                let id = k[DROPPING_KEY_PREFIX.len()..]
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("dropping key malformed".into()))?;
+                Ok(u64::from_be_bytes(id))
+            })
+            .collect::<Result<_>>()?;
+        for id in pending {
+            self.purge(id)?;
+        }
+        Ok(())
+    }
+
+    fn table(&self, name: &str) -> Result<Arc<TableEntry>> {
+        self.tables
+            .read()
+            .get(&name.to_ascii_lowercase())
+            .cloned()
+            .ok_or_else(|| StoreError::TableNotFound {
+                name: name.to_owned(),
+            })
+    }
+
+    fn create_table(&self, name: &str) -> Result<TableInfo> {
+        limits::check_table_name(name)?;
+        let _ddl = self.ddl.lock();
+        let lower = name.to_ascii_lowercase();
+        if let Some(existing) = self.tables.read().get(&lower) {
+            return Err(StoreError::TableExists {
+                name: existing.name.clone(),
+            });
+        }
+        let id = match self.engine.get(Space::Meta, NEXT_TABLE_ID_KEY)? {
+            Some(v) => decode_count(&v)?,
+            None => 1,
+        };
+        let mut record = id.to_be_bytes().to_vec();
+        record.extend_from_slice(name.as_bytes());
+        self.engine.apply(vec![
+            Mutation::Put {
+                space: Space::Meta,
+                key: table_meta_key(&lower),
+                value: record,
+            },
+            Mutation::Put {
+                space: Space::Meta,
+                key: NEXT_TABLE_ID_KEY.to_vec(),
+                value: (id + 1).to_be_bytes().to_vec(),
+            },
+        ])?;
+        self.tables.write().insert(
+            lower,
+            Arc::new(TableEntry {
+                id,
+                name: name.to_owned(),
+                entities: AtomicI64::new(0),
+                partitions: AtomicI64::new(0),
+                gate: RwLock::new(()),
+                dropped: AtomicBool::new(false),
+            }),
+        );
+        Ok(TableInfo {
+            name: name.to_owned(),
+        })
+    }
+
+    fn drop_table(&self, name: &str) -> Result<()> {
+        let _ddl = self.ddl.lock();
+        let t = self.table(name)?;
+        {
+            // Wait for in-flight writes; new ones see `dropped`.
+            let _gate = t.gate.write();
+            t.dropped.store(true, Ordering::SeqCst);
+            // The table disappears and the purge is recorded in one batch, so
+            // a crash mid-purge is finished at the next open.
+            self.engine.apply(vec![
+                Mutation::Delete {
+                    space: Space::Meta,
+                    key: table_meta_key(&name.to_ascii_lowercase()),
+                },
+                Mutation::Put {
+                    space: Space::Meta,
+                    key: dropping_key(t.id),
+                    value: Vec::new(),
+                },
+            ])?;
+            self.tables.write().remove(&name.to_ascii_lowercase());
+        }
+        self.purge(t.id)
+    }
+
+    /// Deletes every entity and statistic of table `id`, in chunks.
+    fn purge(&self, id: u64) -> Result<()> {
+        for space in [Space::Entities, Space::Stats] {
+            loop {
+                let keys: Vec<Vec<u8>> = self
+                    .engine
+                    .scan(
+                        space,
+                        Bound::Included(codec::table_prefix(id).to_vec()),
+                        Bound::Excluded(codec::table_prefix(id + 1).to_vec()),
+                    )
+                    .take(PURGE_CHUNK)
+                    .map(|kv| kv.map(|(k, _)| k))
+                    .collect::<Result<_>>()?;
+                if keys.is_empty() {
+                    break;
+                }
+                self.engine.apply(
+                    keys.into_iter()
+                        .map(|key| Mutation::Delete { space, key })
+                        .collect(),
+                )?;
+            }
+        }
+        self.engine.apply(vec![Mutation::Delete {
+            space: Space::Meta,
+            key: dropping_key(id),
+        }])
+    }
+
+    fn stripe(&self, id: u64, pk: &str) -> &Mutex<()> {
+        let h = xxhash_rust::xxh3::xxh3_64_with_seed(pk.as_bytes(), id);
+        &self.stripes[(h % LOCK_STRIPES as u64) as usize]
+    }
+
+    /// A timestamp later than every one handed out before and than `floor`.
+    fn next_timestamp(&self, floor: i64) -> DateTime {
+        let now = self.clock.now_micros();
+        let prev = self
+            .last_ts
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                Some(now.max(last.saturating_add(1)).max(floor))
+            })
+            .expect("closure always returns Some");
+        DateTime(now.max(prev.saturating_add(1)).max(floor))
+    }
+
+    fn execute(&self, table: &str, ops: &[Operation]) -> Result<Vec<OpOutcome>> {
+        check_batch(ops)?;
+        let t = self.table(table)?;
+        let _gate = t.gate.read();
+        if t.dropped.load(Ordering::SeqCst) {
+            return Err(StoreError::TableNotFound {
+                name: table.to_owned(),
+            });
+        }
+        let pk = ops[0].keys().0;
+        let _stripe = self.stripe(t.id, pk).lock();
+
+        // Read the current state of every entity the batch touches.
+        let mut current = Vec::with_capacity(ops.len());
+        let mut floor = i64::MIN;
+        for op in ops {
+            let (pk, rk) = op.keys();
+            let cur = self
+                .engine
+                .get(Space::Entities, &codec::entity_key(t.id, pk, rk))?
+                .map(|v| codec::decode_entity(pk, rk, &v, None))
+                .transpose()?;
+            if let Some(c) = &cur {
+                // Timestamps strictly increase per entity even if the wall
+                // clock stepped back since the last write.
+                floor = floor.max(c.timestamp.0.saturating_add(1));
+            }
+            current.push(cur);
+        }
+        let timestamp = self.next_timestamp(floor);
+
+        let mut batch = Vec::with_capacity(ops.len() + 1);
+        let mut outcomes = Vec::with_capacity(ops.len());
+        let mut delta: i64 = 0;
+        for (i, (op, cur)) in ops.iter().zip(&current).enumerate() {
+            let effect = op
+                .apply(cur.as_ref(), timestamp)
+                .map_err(|e| e.at_operation(i))?;
+            let (pk, rk) = op.keys();
+            let key = codec::entity_key(t.id, pk, rk);
+            match effect {
+                Effect::Put(entity) => {
+                    batch.push(Mutation::Put {
+                        space: Space::Entities,
+                        key,
+                        value: codec::encode_value(entity.timestamp, &entity.properties),
+                    });
+                    delta += i64::from(cur.is_none());
+                    outcomes.push(OpOutcome {
+                        entity: Some(entity),
+                        existed: cur.is_some(),
+                    });
+                }
+                Effect::Delete => {
+                    batch.push(Mutation::Delete {
+                        space: Space::Entities,
+                        key,
+                    });
+                    delta -= 1;
+                    outcomes.push(OpOutcome {
+                        entity: None,
+                        existed: true,
+                    });
+                }
+            }
+        }
+
+        // The partition's entity count commits in the same atomic batch.
+        let stats_key = codec::stats_key(t.id, pk);
+        let before = match self.engine.get(Space::Stats, &stats_key)? {
+            Some(v) => decode_count(&v)? as i64,
+            None => 0,
+        };
+        let after = before + delta;
+        if delta != 0 {
+            batch.push(if after > 0 {
+                Mutation::Put {
+                    space: Space::Stats,
+                    key: stats_key,
+                    value: (after as u64).to_be_bytes().to_vec(),
+                }
+            } else {
+                Mutation::Delete {
+                    space: Space::Stats,
+                    key: stats_key,
+                }
+            });
+        }
+        self.engine.apply(batch)?;
+        t.entities.fetch_add(delta, Ordering::Relaxed);
+        match (before > 0, after > 0) {
+            (false, true) => t.partitions.fetch_add(1, Ordering::Relaxed),
+            (true, false) => t.partitions.fetch_sub(1, Ordering::Relaxed),
+            _ => 0,
+        };
+        Ok(outcomes)
+    }
+
+    fn query(&self, table: &str, query: &Query, req: &PageRequest) -> Result<Page> {
+        req.validate()?;
+        let t = self.table(table)?;
+        let fingerprint = query.fingerprint(&t.name);
+        let resume_from = req
+            .continuation
+            .as_ref()
+            .map(|c| c.decode(fingerprint))
+            .transpose()?
+            .map(|r| r.start_key(t.id));
+        let stop_key = req
+            .stop_at_partition
+            .as_ref()
+            .map(|p| codec::partition_start(t.id, p));
+        // Decode the filter's properties too, then drop those not asked for.
+        let (decode_props, strip) = match (&query.projection, &query.filter) {
+            (Some(p), Some(f)) => {
+                let mut all = p.clone();
+                f.properties(&mut all);
+                let strip = all.len() > p.len();
+                (Some(all), strip)
+            }
+            (p, _) => (p.clone(), false),
+        };
+
+        let started = Instant::now();
+        let mut page = Page {
+            entities: Vec::new(),
+            scanned: 0,
+            continuation: None,
+        };
+        let token = |resume: Resume| Some(ContinuationToken::encode(fingerprint, &resume));
+        let ranges = query.byte_ranges(t.id);
+        for (ri, (start, end)) in ranges.iter().enumerate() {
+            if let Some(from) = &resume_from
+                && end <= from
+            {
+                continue;
+            }
+            let start = match &resume_from {
+                Some(from) if from > start => from.clone(),
+                _ => start.clone(),
+            };
+            // Clip at the partition boundary the caller asked us to stop at.
+            let (end, clipped) = match &stop_key {
+                Some(stop) if stop < end => (stop.clone(), true),
+                _ => (end.clone(), false),
+            };
+            if start < end {
+                let mut iter = self.engine.scan(
+                    Space::Entities,
+                    Bound::Included(start),
+                    Bound::Excluded(end),
+                );
+                while let Some(kv) = iter.next() {
+                    let (k, v) = kv?;
+                    let (pk, rk) = codec::split_entity_key(&k)?;
+                    page.scanned += 1;
+                    let mut e = codec::decode_entity(pk, rk, &v, decode_props.as_deref())?;
+                    if query.selects(&e) {
+                        if strip && let Some(p) = &query.projection {
+                            e.properties.retain(|name, _| p.contains(name));
+                        }
+                        page.entities.push(e);
+                    }
+                    let full = page.entities.len() >= req.max_entities;
+                    let out_of_time = page.scanned % BUDGET_CHECK_EVERY == 0
+                        && started.elapsed() >= req.time_budget;
+                    if full || out_of_time {
+                        let more = iter.next().is_some() || ri + 1 < ranges.len() || clipped;
+                        if more {
+                            page.continuation = token(Resume {
+                                partition_key: pk.to_owned(),
+                                row_key: rk.to_owned(),
+                                inclusive: false,
+                            });
+                        }
+                        return Ok(page);
+                    }
+                }
+            }
+            if clipped {
+                page.continuation = token(Resume {
+                    partition_key: req.stop_at_partition.clone().unwrap_or_default(),
+                    row_key: String::new(),
+                    inclusive: true,
+                });
+                return Ok(page);
+            }
+        }
+        Ok(page)
+    }
+}

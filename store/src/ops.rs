@@ -1,0 +1,262 @@
+//! Write operations and their semantics, independent of any engine.
+//!
+//! [`Operation::apply`] turns "the entity as it is now" into "the entity as it
+//! must be after this operation" or the error the Table service would give:
+//! the single definition of Insert / Replace / Merge / upserts / Delete and
+//! If-Match that every backend and the test model share.
+
+use std::collections::BTreeMap;
+
+use crate::entity::{ETag, Entity, EntityWrite, IfMatch, Timestamp, Value, entity_size};
+use crate::error::{KeyKind, Result, StoreError};
+use crate::limits;
+
+/// One write in an entity-group transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operation {
+    /// Create; fails if the entity exists.
+    Insert(EntityWrite),
+    /// Overwrite an existing entity; properties not supplied are dropped.
+    Replace {
+        /// New state.
+        entity: EntityWrite,
+        /// Precondition (`*` or an ETag).
+        if_match: IfMatch,
+    },
+    /// Update an existing entity; properties not supplied are kept, NULLs
+    /// remove.
+    Merge {
+        /// Properties to change.
+        entity: EntityWrite,
+        /// Precondition (`*` or an ETag).
+        if_match: IfMatch,
+    },
+    /// Insert, or replace whatever exists.
+    InsertOrReplace(EntityWrite),
+    /// Insert, or merge into whatever exists.
+    InsertOrMerge(EntityWrite),
+    /// Remove an existing entity.
+    Delete {
+        /// PartitionKey.
+        partition_key: String,
+        /// RowKey.
+        row_key: String,
+        /// Precondition (`*` or an ETag).
+        if_match: IfMatch,
+    },
+}
+
+/// What one applied operation did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpOutcome {
+    /// The entity as written; `None` after a Delete.
+    pub entity: Option<Entity>,
+    /// Whether an entity existed before the operation.
+    pub existed: bool,
+}
+
+impl OpOutcome {
+    /// The new ETag, `None` after a Delete.
+    pub fn etag(&self) -> Option<ETag> {
+        self.entity.as_ref().map(Entity::etag)
+    }
+}
+
+/// The effect of an operation on one key: write this entity, or delete.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Effect {
+    Put(Entity),
+    Delete,
+}
+
+impl Operation {
+    /// (PartitionKey, RowKey) this operation touches.
+    pub fn keys(&self) -> (&str, &str) {
+        match self {
+            Operation::Insert(e)
+            | Operation::InsertOrReplace(e)
+            | Operation::InsertOrMerge(e)
+            | Operation::Replace { entity: e, .. }
+            | Operation::Merge { entity: e, .. } => (&e.partition_key, &e.row_key),
+            Operation::Delete {
+                partition_key,
+                row_key,
+                ..
+            } => (partition_key, row_key),
+        }
+    }
+
+    /// Operation name as the Table service calls it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Operation::Insert(_) => "Insert",
+            Operation::Replace { .. } => "Replace",
+            Operation::Merge { .. } => "Merge",
+            Operation::InsertOrReplace(_) => "InsertOrReplace",
+            Operation::InsertOrMerge(_) => "InsertOrMerge",
+            Operation::Delete { .. } => "Delete",
+        }
+    }
+
+    /// Bytes this operation adds to an EGT's payload (the entity size
+    /// formula; a Delete counts its keys).
+    pub fn payload_size(&self) -> usize {
+        match self {
+            Operation::Delete {
+                partition_key,
+                row_key,
+                ..
+            } => entity_size(partition_key, row_key, std::iter::empty()),
+            Operation::Insert(e)
+            | Operation::InsertOrReplace(e)
+            | Operation::InsertOrMerge(e)
+            | Operation::Replace { entity: e, .. }
+            | Operation::Merge { entity: e, .. } => e.size_in_formula(),
+        }
+    }
+
+    /// Validates what can be validated without the current entity: keys,
+    /// property names and value limits.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Operation::Delete {
+                partition_key,
+                row_key,
+                ..
+            } => {
+                limits::check_key(KeyKind::PartitionKey, partition_key)?;
+                limits::check_key(KeyKind::RowKey, row_key)
+            }
+            Operation::Insert(e)
+            | Operation::InsertOrReplace(e)
+            | Operation::InsertOrMerge(e)
+            | Operation::Replace { entity: e, .. }
+            | Operation::Merge { entity: e, .. } => e.validate(),
+        }
+    }
+
+    /// Applies the operation to the current entity (if any), stamping the
+    /// result with `timestamp`. Checks existence, If-Match and the limits of
+    /// the resulting entity.
+    pub(crate) fn apply(&self, current: Option<&Entity>, timestamp: Timestamp) -> Result<Effect> {
+        let (pk, rk) = self.keys();
+        let not_found = || StoreError::EntityNotFound {
+            partition_key: pk.to_owned(),
+            row_key: rk.to_owned(),
+        };
+        let check = |if_match: &IfMatch| -> Result<()> {
+            let cur = current.ok_or_else(not_found)?;
+            if let IfMatch::ETag(expected) = if_match {
+                let actual = cur.etag();
+                if &actual != expected {
+                    return Err(StoreError::ETagMismatch {
+                        partition_key: pk.to_owned(),
+                        row_key: rk.to_owned(),
+                        expected: expected.0.clone(),
+                        actual: actual.0,
+                    });
+                }
+            }
+            Ok(())
+        };
+        let props = match self {
+            Operation::Insert(e) => {
+                if current.is_some() {
+                    return Err(StoreError::EntityAlreadyExists {
+                        partition_key: pk.to_owned(),
+                        row_key: rk.to_owned(),
+                    });
+                }
+                non_null(e)
+            }
+            Operation::Replace { entity, if_match } => {
+                check(if_match)?;
+                non_null(entity)
+            }
+            Operation::Merge { entity, if_match } => {
+                check(if_match)?;
+                merged(current, entity)
+            }
+            Operation::InsertOrReplace(e) => non_null(e),
+            Operation::InsertOrMerge(e) => merged(current, e),
+            Operation::Delete { if_match, .. } => {
+                check(if_match)?;
+                return Ok(Effect::Delete);
+            }
+        };
+        let entity = Entity {
+            partition_key: pk.to_owned(),
+            row_key: rk.to_owned(),
+            timestamp,
+            properties: props,
+        };
+        limits::check_entity(&entity)?;
+        Ok(Effect::Put(entity))
+    }
+}
+
+fn non_null(e: &EntityWrite) -> BTreeMap<String, Value> {
+    e.properties
+        .iter()
+        .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
+        .collect()
+}
+
+fn merged(current: Option<&Entity>, e: &EntityWrite) -> BTreeMap<String, Value> {
+    let mut props = current.map(|c| c.properties.clone()).unwrap_or_default();
+    for (k, v) in &e.properties {
+        match v {
+            Some(v) => {
+                props.insert(k.clone(), v.clone());
+            }
+            None => {
+                props.remove(k);
+            }
+        }
+    }
+    props
+}
+
+/// Checks the shape of an entity-group transaction: 1..=100 operations,
+/// one PartitionKey, each entity once, valid keys and values, at most 4 MiB.
+/// Errors name the index of the offending operation.
+pub fn check_batch(ops: &[Operation]) -> Result<()> {
+    if ops.is_empty() {
+        return Err(StoreError::EmptyBatch);
+    }
+    if ops.len() > limits::MAX_BATCH_OPERATIONS {
+        return Err(StoreError::BatchTooManyOperations {
+            count: ops.len(),
+            limit: limits::MAX_BATCH_OPERATIONS,
+        });
+    }
+    let first_pk = ops[0].keys().0;
+    let mut seen = std::collections::HashSet::with_capacity(ops.len());
+    let mut size = 0usize;
+    for (i, op) in ops.iter().enumerate() {
+        op.validate().map_err(|e| e.at_operation(i))?;
+        let (pk, rk) = op.keys();
+        if pk != first_pk {
+            return Err(StoreError::BatchCrossPartition {
+                index: i,
+                expected: first_pk.to_owned(),
+                found: pk.to_owned(),
+            });
+        }
+        if !seen.insert(rk) {
+            return Err(StoreError::BatchDuplicateEntity {
+                index: i,
+                partition_key: pk.to_owned(),
+                row_key: rk.to_owned(),
+            });
+        }
+        size += op.payload_size();
+    }
+    if size > limits::MAX_BATCH_BYTES {
+        return Err(StoreError::BatchTooLarge {
+            size,
+            limit: limits::MAX_BATCH_BYTES,
+        });
+    }
+    Ok(())
+}

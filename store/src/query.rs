@@ -1,0 +1,450 @@
+//! What a query asks of the store, and what one page of answer looks like.
+//!
+//! A [`Query`] is key spans (a union of [`KeyBox`]es: a PartitionKey interval
+//! times a RowKey interval), a residual [`Filter`] and a projection. The store
+//! scans the smallest set of contiguous key ranges that covers the boxes;
+//! every entity in those ranges counts as *scanned*, and is *returned* when it
+//! lies in a box and passes the filter. So `PartitionKey BETWEEN 'a' AND 'c'
+//! AND RowKey = 'x'` scans all of partitions a..c, exactly as Azure Tables
+//! would, and the scanned/returned ratio shows it.
+//!
+//! Pages end after `max_entities` returned, after the time budget, or at a
+//! partition boundary the caller names (the partition layer uses this to stop
+//! where another partition server's range begins). A page that ends early
+//! carries a [`ContinuationToken`] holding the next PartitionKey and RowKey.
+
+use std::hash::{Hash, Hasher};
+use std::ops::Bound;
+use std::time::Duration;
+
+use base64::Engine as _;
+
+use crate::codec;
+use crate::entity::Entity;
+use crate::error::{Result, StoreError};
+use crate::filter::Filter;
+use crate::limits::MAX_PAGE_SIZE;
+
+/// An interval of key strings in ordinal order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyInterval {
+    /// Lower bound.
+    pub lo: Bound<String>,
+    /// Upper bound.
+    pub hi: Bound<String>,
+}
+
+impl KeyInterval {
+    /// Every key.
+    pub fn all() -> Self {
+        KeyInterval {
+            lo: Bound::Unbounded,
+            hi: Bound::Unbounded,
+        }
+    }
+
+    /// Exactly `k`.
+    pub fn point(k: impl Into<String>) -> Self {
+        let k = k.into();
+        KeyInterval {
+            lo: Bound::Included(k.clone()),
+            hi: Bound::Included(k),
+        }
+    }
+
+    /// From two bounds.
+    pub fn new(lo: Bound<String>, hi: Bound<String>) -> Self {
+        KeyInterval { lo, hi }
+    }
+
+    /// The single key, when the interval is one point.
+    pub fn as_point(&self) -> Option<&str> {
+        match (&self.lo, &self.hi) {
+            (Bound::Included(a), Bound::Included(b)) if a == b => Some(a),
+            _ => None,
+        }
+    }
+
+    /// True when `k` lies inside.
+    pub fn contains(&self, k: &str) -> bool {
+        let above = match &self.lo {
+            Bound::Unbounded => true,
+            Bound::Included(lo) => k >= lo.as_str(),
+            Bound::Excluded(lo) => k > lo.as_str(),
+        };
+        above
+            && match &self.hi {
+                Bound::Unbounded => true,
+                Bound::Included(hi) => k <= hi.as_str(),
+                Bound::Excluded(hi) => k < hi.as_str(),
+            }
+    }
+
+    /// True when no key can lie inside.
+    pub fn is_empty(&self) -> bool {
+        match (&self.lo, &self.hi) {
+            (Bound::Included(a), Bound::Included(b)) => a > b,
+            (Bound::Included(a), Bound::Excluded(b))
+            | (Bound::Excluded(a), Bound::Included(b))
+            | (Bound::Excluded(a), Bound::Excluded(b)) => a >= b,
+            _ => false,
+        }
+    }
+}
+
+/// A PartitionKey interval times a RowKey interval.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeyBox {
+    /// Which PartitionKeys.
+    pub pk: KeyInterval,
+    /// Which RowKeys (within each selected partition).
+    pub rk: KeyInterval,
+}
+
+impl KeyBox {
+    /// The whole table.
+    pub fn all() -> Self {
+        KeyBox {
+            pk: KeyInterval::all(),
+            rk: KeyInterval::all(),
+        }
+    }
+
+    /// One entity.
+    pub fn point(pk: impl Into<String>, rk: impl Into<String>) -> Self {
+        KeyBox {
+            pk: KeyInterval::point(pk),
+            rk: KeyInterval::point(rk),
+        }
+    }
+
+    /// Every entity of one partition.
+    pub fn partition(pk: impl Into<String>) -> Self {
+        KeyBox {
+            pk: KeyInterval::point(pk),
+            rk: KeyInterval::all(),
+        }
+    }
+
+    /// True when (pk, rk) lies inside.
+    pub fn contains(&self, pk: &str, rk: &str) -> bool {
+        self.pk.contains(pk) && self.rk.contains(rk)
+    }
+
+    /// The engine byte range `[start, end)` that covers this box in table
+    /// `id`; `None` when the box is empty.
+    pub(crate) fn byte_range(&self, id: u64) -> Option<(Vec<u8>, Vec<u8>)> {
+        if self.pk.is_empty() || self.rk.is_empty() {
+            return None;
+        }
+        let single = self.pk.as_point();
+        let start = match (&self.pk.lo, single) {
+            (Bound::Unbounded, _) => codec::table_prefix(id).to_vec(),
+            (Bound::Included(p), Some(_)) => match &self.rk.lo {
+                Bound::Unbounded => codec::partition_start(id, p),
+                Bound::Included(r) => codec::entity_key(id, p, r),
+                Bound::Excluded(r) => successor(codec::entity_key(id, p, r)),
+            },
+            (Bound::Included(p), None) => codec::partition_start(id, p),
+            (Bound::Excluded(p), _) => codec::partition_end(id, p),
+        };
+        let end = match (&self.pk.hi, single) {
+            (Bound::Unbounded, _) => codec::table_prefix(id + 1).to_vec(),
+            (Bound::Included(p), Some(_)) => match &self.rk.hi {
+                Bound::Unbounded => codec::partition_end(id, p),
+                Bound::Included(r) => successor(codec::entity_key(id, p, r)),
+                Bound::Excluded(r) => codec::entity_key(id, p, r),
+            },
+            (Bound::Included(p), None) => codec::partition_end(id, p),
+            (Bound::Excluded(p), _) => codec::partition_start(id, p),
+        };
+        (start < end).then_some((start, end))
+    }
+}
+
+/// The smallest byte string greater than `k`.
+fn successor(mut k: Vec<u8>) -> Vec<u8> {
+    k.push(0);
+    k
+}
+
+/// A query: key spans, residual filter, projection.
+#[derive(Debug, Clone, PartialEq, Hash)]
+pub struct Query {
+    /// Union of boxes; empty means the query selects nothing (and the store
+    /// does no work for it).
+    pub spans: Vec<KeyBox>,
+    /// Evaluated on every scanned entity inside the spans.
+    pub filter: Option<Filter>,
+    /// Properties to return (keys and Timestamp always come back);
+    /// `None` returns all.
+    pub projection: Option<Vec<String>>,
+}
+
+impl Query {
+    /// Every entity of the table.
+    pub fn full_scan() -> Self {
+        Query {
+            spans: vec![KeyBox::all()],
+            filter: None,
+            projection: None,
+        }
+    }
+
+    /// The given spans, no filter, all properties.
+    pub fn spans(spans: Vec<KeyBox>) -> Self {
+        Query {
+            spans,
+            filter: None,
+            projection: None,
+        }
+    }
+
+    /// With a residual filter.
+    #[must_use]
+    pub fn with_filter(mut self, f: Filter) -> Self {
+        self.filter = Some(f);
+        self
+    }
+
+    /// With a projection.
+    #[must_use]
+    pub fn with_projection(mut self, cols: Vec<String>) -> Self {
+        self.projection = Some(cols);
+        self
+    }
+
+    /// True when the entity is in a span and passes the filter.
+    pub fn selects(&self, e: &Entity) -> bool {
+        self.spans
+            .iter()
+            .any(|b| b.contains(&e.partition_key, &e.row_key))
+            && self.filter.as_ref().is_none_or(|f| f.matches(e))
+    }
+
+    /// A stable 64-bit fingerprint; continuation tokens carry it so a token
+    /// cannot resume a different query.
+    pub fn fingerprint(&self, table: &str) -> u64 {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        table.to_ascii_lowercase().hash(&mut h);
+        self.hash(&mut h);
+        h.finish()
+    }
+
+    /// The disjoint, ascending engine byte ranges `[start, end)` covering the
+    /// spans in table `id`.
+    pub(crate) fn byte_ranges(&self, id: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut ranges: Vec<_> = self.spans.iter().filter_map(|b| b.byte_range(id)).collect();
+        ranges.sort();
+        let mut merged: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(ranges.len());
+        for (s, e) in ranges {
+            match merged.last_mut() {
+                Some((_, last_end)) if s <= *last_end => {
+                    if e > *last_end {
+                        *last_end = e;
+                    }
+                }
+                _ => merged.push((s, e)),
+            }
+        }
+        merged
+    }
+}
+
+/// How much one page may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageRequest {
+    /// Most entities to return (1 ..= 1000).
+    pub max_entities: usize,
+    /// Work budget; the page ends once it is spent (default 5 s).
+    pub time_budget: Duration,
+    /// Resume point from the previous page.
+    pub continuation: Option<ContinuationToken>,
+    /// End the page before the first entity whose PartitionKey is `>=` this
+    /// (the next range partition on another server). Set by the partition
+    /// layer, not by SQL callers.
+    pub stop_at_partition: Option<String>,
+}
+
+impl Default for PageRequest {
+    fn default() -> Self {
+        PageRequest {
+            max_entities: MAX_PAGE_SIZE,
+            time_budget: Duration::from_secs(5),
+            continuation: None,
+            stop_at_partition: None,
+        }
+    }
+}
+
+impl PageRequest {
+    /// A first page of at most `n` entities.
+    pub fn first(n: usize) -> Self {
+        PageRequest {
+            max_entities: n,
+            ..Default::default()
+        }
+    }
+
+    /// The next page after `token`, same size.
+    #[must_use]
+    pub fn resume(&self, token: ContinuationToken) -> Self {
+        PageRequest {
+            continuation: Some(token),
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if !(1..=MAX_PAGE_SIZE).contains(&self.max_entities) {
+            return Err(StoreError::InvalidQuery {
+                reason: format!(
+                    "page size {} is outside 1..={MAX_PAGE_SIZE}",
+                    self.max_entities
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One page of results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    /// Matching entities in clustered-key order.
+    pub entities: Vec<Entity>,
+    /// Entities read by the store for this page (returned or not).
+    pub scanned: u64,
+    /// Present when the query has more to read.
+    pub continuation: Option<ContinuationToken>,
+}
+
+/// Where the next page starts: the next PartitionKey and RowKey, versioned
+/// and bound to its query. Opaque to callers: text, URL- and SQL-safe.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ContinuationToken(String);
+
+const TOKEN_V1: u8 = 1;
+
+/// A decoded token: resume at (pk, rk), inclusively or just after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Resume {
+    pub(crate) partition_key: String,
+    pub(crate) row_key: String,
+    pub(crate) inclusive: bool,
+}
+
+impl Resume {
+    /// The engine key the next page starts at (inclusive).
+    pub(crate) fn start_key(&self, id: u64) -> Vec<u8> {
+        let k = codec::entity_key(id, &self.partition_key, &self.row_key);
+        if self.inclusive { k } else { successor(k) }
+    }
+}
+
+impl ContinuationToken {
+    pub(crate) fn encode(fingerprint: u64, resume: &Resume) -> Self {
+        let mut b = Vec::with_capacity(16 + resume.partition_key.len() + resume.row_key.len());
+        b.push(TOKEN_V1);
+        b.extend_from_slice(&fingerprint.to_be_bytes());
+        b.push(u8::from(resume.inclusive));
+        b.extend_from_slice(&(resume.partition_key.len() as u32).to_be_bytes());
+        b.extend_from_slice(resume.partition_key.as_bytes());
+        b.extend_from_slice(resume.row_key.as_bytes());
+        ContinuationToken(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b))
+    }
+
+    pub(crate) fn decode(&self, fingerprint: u64) -> Result<Resume> {
+        let bad = |reason| StoreError::InvalidContinuationToken { reason };
+        let b = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&self.0)
+            .map_err(|_| bad("not a token this server issued"))?;
+        if b.first() != Some(&TOKEN_V1) {
+            return Err(bad("token from an unsupported version"));
+        }
+        if b.len() < 14 {
+            return Err(bad("token is truncated"));
+        }
+        if b[1..9] != fingerprint.to_be_bytes() {
+            return Err(bad("token belongs to a different query"));
+        }
+        let inclusive = b[9] != 0;
+        let pk_len = u32::from_be_bytes(b[10..14].try_into().expect("4 bytes")) as usize;
+        let rest = &b[14..];
+        if rest.len() < pk_len {
+            return Err(bad("token is truncated"));
+        }
+        let text = |s: &[u8]| {
+            std::str::from_utf8(s)
+                .map(str::to_owned)
+                .map_err(|_| bad("token key is not UTF-8"))
+        };
+        Ok(Resume {
+            partition_key: text(&rest[..pk_len])?,
+            row_key: text(&rest[pk_len..])?,
+            inclusive,
+        })
+    }
+
+    /// The token as text, for handing to a client.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A token received back from a client (validated when used).
+    pub fn from_string(s: impl Into<String>) -> Self {
+        ContinuationToken(s.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_round_trip_and_binding() {
+        let r = Resume {
+            partition_key: "p1".into(),
+            row_key: "r/é".into(),
+            inclusive: true,
+        };
+        let t = ContinuationToken::encode(7, &r);
+        assert_eq!(t.decode(7).unwrap(), r);
+        assert!(matches!(
+            t.decode(8),
+            Err(StoreError::InvalidContinuationToken { .. })
+        ));
+        assert!(ContinuationToken::from_string("!!").decode(7).is_err());
+        assert!(ContinuationToken::from_string("AQ").decode(7).is_err());
+    }
+
+    #[test]
+    fn overlapping_boxes_merge_into_disjoint_ranges() {
+        let q = Query::spans(vec![
+            KeyBox::partition("b"),
+            KeyBox::point("a", "x"),
+            KeyBox::point("b", "y"),
+            KeyBox {
+                pk: KeyInterval::new(Bound::Excluded("b".into()), Bound::Unbounded),
+                rk: KeyInterval::all(),
+            },
+        ]);
+        let r = q.byte_ranges(1);
+        assert_eq!(r.len(), 2, "{r:?}");
+        assert_eq!(r[0].0, codec::entity_key(1, "a", "x"));
+        assert_eq!(r[1].0, codec::partition_start(1, "b"));
+        assert_eq!(r[1].1, codec::table_prefix(2).to_vec());
+    }
+
+    #[test]
+    fn empty_intervals_produce_no_range() {
+        let b = KeyBox {
+            pk: KeyInterval::new(Bound::Included("b".into()), Bound::Excluded("b".into())),
+            rk: KeyInterval::all(),
+        };
+        assert!(b.byte_range(1).is_none());
+        assert!(
+            KeyInterval::new(Bound::Excluded("a".into()), Bound::Included("a".into())).is_empty()
+        );
+    }
+}

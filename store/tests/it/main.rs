@@ -1,0 +1,4 @@
+//! The store's integration tests, in one binary (each file directly in
+//! `tests/` would be its own binary linking everything).
+
+mod basics;
