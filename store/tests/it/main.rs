@@ -2,3 +2,6 @@
 //! `tests/` would be its own binary linking everything).
 
 mod basics;
+mod crash;
+mod limits;
+mod model;
