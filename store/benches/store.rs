@@ -1,1 +1,329 @@
-fn main() {}
+//! Store benchmarks over a fjall-backed [`LocalStore`] in a temporary
+//! directory:
+//!
+//! - `read/point_get` — one random entity by key;
+//! - `read/range_scan_100` — 100 consecutive RowKeys of one partition, one
+//!   page of 100;
+//! - `full_scan/all_pages` — every entity of the table, pages of 1000;
+//! - `egt/insert_100_{sync,buffered}` — one 100-operation entity-group
+//!   transaction of Inserts into a new partition.
+//!
+//! The read benchmarks share one table of 1,000 partitions × 1,000 entities
+//! (a ~100-character string and an integer each), loaded once with
+//! `Durability::Buffered` and 100-operation EGTs, then reopened with
+//! `StoreOptions::default()` (`Durability::Sync`). `STORE_BENCH_ENTITIES`
+//! overrides the size for quick checks, e.g.
+//!
+//! ```text
+//! STORE_BENCH_ENTITIES=20000 cargo bench -p tablegate-store -- --quick
+//! ```
+//!
+//! The table is loaded only when a read benchmark is selected, so
+//! `cargo bench -p tablegate-store -- egt` runs without it. When the binary
+//! runs as a test (`cargo test --benches`, no `--bench` flag) the default
+//! size is small.
+
+use std::cell::OnceCell;
+use std::hint::black_box;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
+use tablegate_store::{
+    Durability, EntityWrite, KeyBox, KeyInterval, LocalStore, Operation, PageRequest, Query,
+    StoreOptions, Value,
+};
+use tempfile::TempDir;
+
+const TABLE: &str = "bench";
+const DEFAULT_ENTITIES: usize = 1_000_000;
+/// Entities when the binary runs as a test rather than a benchmark.
+const TEST_MODE_ENTITIES: usize = 2_000;
+const PER_PARTITION: usize = 1_000;
+const EGT_OPS: usize = 100;
+const RANGE: usize = 100;
+const PROGRESS_EVERY: usize = 100_000;
+const STRING_CHARS: usize = 100;
+
+/// xorshift64*: deterministic and dependency-free.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn pk(p: usize) -> String {
+    format!("p{p:06}")
+}
+
+fn rk(r: usize) -> String {
+    format!("r{r:06}")
+}
+
+/// An entity like the loaded ones: a ~100-character string and an integer.
+fn entity(rng: &mut Rng, pk: String, rk: String, n: i64) -> EntityWrite {
+    let text: String = (0..STRING_CHARS)
+        .map(|_| char::from(b'a' + rng.below(26) as u8))
+        .collect();
+    EntityWrite::new(pk, rk)
+        .with("text", Value::String(text))
+        .with("n", Value::Int64(n))
+}
+
+/// The shape of the loaded table.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    partitions: usize,
+    per_partition: usize,
+}
+
+impl Shape {
+    fn from_env() -> Self {
+        let bench_mode = std::env::args().any(|a| a == "--bench");
+        let requested = match std::env::var("STORE_BENCH_ENTITIES") {
+            Ok(v) => v
+                .trim()
+                .replace('_', "")
+                .parse::<usize>()
+                .unwrap_or_else(|_| panic!("STORE_BENCH_ENTITIES={v:?} is not a number")),
+            Err(_) if bench_mode => DEFAULT_ENTITIES,
+            Err(_) => TEST_MODE_ENTITIES,
+        };
+        // At least one partition of RANGE entities, so a range scan fits.
+        let per_partition = requested.clamp(RANGE, PER_PARTITION);
+        let partitions = (requested / per_partition).max(1);
+        Shape {
+            partitions,
+            per_partition,
+        }
+    }
+
+    fn entities(self) -> usize {
+        self.partitions * self.per_partition
+    }
+}
+
+/// The loaded table, reopened with the default (Sync) options.
+#[derive(Debug)]
+struct Loaded {
+    store: LocalStore,
+    shape: Shape,
+    _dir: TempDir,
+}
+
+impl Loaded {
+    fn load(shape: Shape) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let total = shape.entities();
+        eprintln!(
+            "loading {total} entities ({} partitions × {}) into {} ...",
+            shape.partitions,
+            shape.per_partition,
+            dir.path().display()
+        );
+        let started = Instant::now();
+        {
+            let store = LocalStore::open(
+                dir.path(),
+                StoreOptions {
+                    durability: Durability::Buffered,
+                    ..StoreOptions::default()
+                },
+            )
+            .expect("open store for loading");
+            store.create_table_blocking(TABLE).expect("create table");
+            let threads = std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .clamp(1, 4);
+            let done = AtomicUsize::new(0);
+            std::thread::scope(|scope| {
+                for t in 0..threads {
+                    let (store, done) = (store.clone(), &done);
+                    scope.spawn(move || {
+                        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+                        for p in (t..shape.partitions).step_by(threads) {
+                            for first in (0..shape.per_partition).step_by(EGT_OPS) {
+                                let last = (first + EGT_OPS).min(shape.per_partition);
+                                let ops: Vec<_> = (first..last)
+                                    .map(|r| {
+                                        let n = (p * shape.per_partition + r) as i64;
+                                        Operation::Insert(entity(&mut rng, pk(p), rk(r), n))
+                                    })
+                                    .collect();
+                                store.execute_blocking(TABLE, &ops).expect("load EGT");
+                                let before = done.fetch_add(ops.len(), Ordering::Relaxed);
+                                let after = before + ops.len();
+                                if after / PROGRESS_EVERY > before / PROGRESS_EVERY {
+                                    eprintln!(
+                                        "  loaded {:>9} / {total} in {:.1?}",
+                                        after / PROGRESS_EVERY * PROGRESS_EVERY,
+                                        started.elapsed()
+                                    );
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+            let stats = store.table_stats_blocking(TABLE).expect("stats");
+            assert_eq!(stats.entities, total as u64, "loaded entity count");
+        }
+        let store = LocalStore::open(dir.path(), StoreOptions::default()).expect("reopen store");
+        eprintln!(
+            "loaded {total} entities in {:.1?}; {:.1} MiB on disk",
+            started.elapsed(),
+            store.disk_space() as f64 / (1024.0 * 1024.0)
+        );
+        Loaded {
+            store,
+            shape,
+            _dir: dir,
+        }
+    }
+}
+
+fn read_benches(c: &mut Criterion, loaded: &OnceCell<Loaded>, shape: Shape) {
+    let get = || loaded.get_or_init(|| Loaded::load(shape));
+
+    let mut g = c.benchmark_group("read");
+    g.throughput(Throughput::Elements(1));
+    let mut rng = Rng(42);
+    let keys: Vec<(String, String)> = (0..4096)
+        .map(|_| {
+            (
+                pk(rng.below(shape.partitions)),
+                rk(rng.below(shape.per_partition)),
+            )
+        })
+        .collect();
+    let mut i = 0usize;
+    g.bench_function("point_get", |b| {
+        let l = get();
+        b.iter(|| {
+            let (p, r) = &keys[i % keys.len()];
+            i = i.wrapping_add(1);
+            let e = l.store.get_blocking(TABLE, p, r).expect("get");
+            assert!(e.is_some(), "({p}, {r}) is loaded");
+            black_box(e)
+        });
+    });
+
+    g.throughput(Throughput::Elements(RANGE as u64));
+    let mut rng = Rng(7);
+    let page = PageRequest::first(RANGE);
+    let queries: Vec<Query> = (0..1024)
+        .map(|_| {
+            let start = rng.below(shape.per_partition - RANGE + 1);
+            Query::spans(vec![KeyBox {
+                pk: KeyInterval::point(pk(rng.below(shape.partitions))),
+                rk: KeyInterval::new(
+                    Bound::Included(rk(start)),
+                    Bound::Excluded(rk(start + RANGE)),
+                ),
+            }])
+        })
+        .collect();
+    let mut i = 0usize;
+    g.bench_function("range_scan_100", |b| {
+        let l = get();
+        b.iter(|| {
+            let q = &queries[i % queries.len()];
+            i = i.wrapping_add(1);
+            let p = l.store.query_blocking(TABLE, q, &page).expect("range page");
+            assert_eq!(p.entities.len(), RANGE);
+            black_box(p)
+        });
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("full_scan");
+    g.sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(30))
+        .throughput(Throughput::Elements(shape.entities() as u64));
+    g.bench_function("all_pages", |b| {
+        let l = get();
+        let q = Query::full_scan();
+        let first = PageRequest::first(1000);
+        b.iter(|| {
+            let mut req = first.clone();
+            let mut n = 0usize;
+            loop {
+                let p = l.store.query_blocking(TABLE, &q, &req).expect("scan page");
+                n += p.entities.len();
+                black_box(&p.entities);
+                match p.continuation {
+                    Some(t) => req = first.resume(t),
+                    None => break,
+                }
+            }
+            assert_eq!(n, l.shape.entities());
+            n
+        });
+    });
+    g.finish();
+}
+
+fn egt_benches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("egt");
+    g.throughput(Throughput::Elements(EGT_OPS as u64));
+    for (name, durability) in [
+        ("insert_100_sync", Durability::Sync),
+        ("insert_100_buffered", Durability::Buffered),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = LocalStore::open(
+            dir.path(),
+            StoreOptions {
+                durability,
+                ..StoreOptions::default()
+            },
+        )
+        .expect("open store");
+        store.create_table_blocking(TABLE).expect("create table");
+        let mut rng = Rng(99);
+        let mut partition = 0usize;
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    // A new partition each iteration; built outside the timing.
+                    partition += 1;
+                    (0..EGT_OPS)
+                        .map(|r| {
+                            Operation::Insert(entity(&mut rng, pk(partition), rk(r), r as i64))
+                        })
+                        .collect::<Vec<_>>()
+                },
+                |ops| {
+                    let out = store.execute_blocking(TABLE, &ops).expect("EGT");
+                    black_box(out)
+                },
+                BatchSize::SmallInput,
+            );
+        });
+    }
+    g.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    let shape = Shape::from_env();
+    let loaded = OnceCell::new();
+    read_benches(&mut c, &loaded, shape);
+    egt_benches(&mut c);
+    // Drop the loaded store (and its directory) before the summary.
+    drop(loaded);
+    c.final_summary();
+}

@@ -230,17 +230,25 @@ pub enum StoreError {
     },
 
     // ---- capacity ------------------------------------------------------------
-    /// A scalability target was exceeded; the request did no work and may be
-    /// retried after backing off.
-    #[error("server busy: {scope} is over its target of {target_per_sec} entities/s")]
+    /// A scalability target was exceeded, or the range partition is
+    /// offline while it moves between partition servers. The request did no
+    /// work and may be retried after backing off.
+    #[error("server busy: {reason}")]
     ServerBusy {
-        /// What is throttled: a partition, a partition server or the account.
+        /// The whole story, e.g. `partition "p" of table t is over its target
+        /// of 2000 entities/s`.
+        reason: String,
+        /// What is busy: a partition, a partition server, the account or a
+        /// moving range partition.
         scope: String,
-        /// The target in entities per second.
-        target_per_sec: u64,
-        /// How long the caller should wait before the target admits it again.
+        /// The target exceeded in entities per second (`None` for a move).
+        target_per_sec: Option<u64>,
+        /// How long the caller should wait before retrying.
         retry_after: Duration,
     },
+    /// The operation took longer than the service allows; retryable.
+    #[error("operation timed out: {0}")]
+    Timeout(String),
 
     // ---- the engine underneath ---------------------------------------------
     /// Stored bytes that do not decode: a bug or on-disk corruption.
@@ -271,7 +279,10 @@ impl StoreError {
     /// True for errors that retrying the same request may fix (throttling),
     /// false for client errors that will fail again.
     pub fn is_retryable(&self) -> bool {
-        matches!(self.root(), StoreError::ServerBusy { .. })
+        matches!(
+            self.root(),
+            StoreError::ServerBusy { .. } | StoreError::Timeout(_)
+        )
     }
 }
 

@@ -18,11 +18,13 @@
 //! - [`api`] — [`TableStore`], the async page-based trait that the partition
 //!   layer and remote backends implement and that the catalog, planner and
 //!   gateway use.
+//! - [`partition`] — [`PartitionedStore`], the partition layer over
+//!   [`LocalStore`]: range partitions on partition servers, routing,
+//!   throttling at the scalability targets, load balancing, hot-partition
+//!   and insert-pattern detection, parallel scans, and the retry policy.
 //!
-//! Deliberately limited for now: the store has no partition servers or
-//! throttling of its own (that is the partition layer's job, on top of
-//! [`TableStore`]), and page scans are consistent per batch but not a
-//! snapshot across pages, like the Table service.
+//! Deliberately limited: page scans are consistent per engine batch but not a
+//! snapshot across pages, exactly like the Table service.
 
 pub mod api;
 pub mod clock;
@@ -34,6 +36,7 @@ pub mod filter;
 pub mod limits;
 pub mod local;
 pub mod ops;
+pub mod partition;
 pub mod query;
 
 pub use api::{PartitionStats, TableInfo, TableStats, TableStore};
@@ -44,4 +47,5 @@ pub use error::{KeyKind, Result, StoreError};
 pub use filter::{CmpOp, Field, Filter};
 pub use local::{LocalStore, StoreOptions};
 pub use ops::{OpOutcome, Operation};
+pub use partition::{PartitionConfig, PartitionedStore, RetryPolicy, Targets};
 pub use query::{ContinuationToken, KeyBox, KeyInterval, Page, PageRequest, Query};

@@ -178,6 +178,37 @@ impl LocalStore {
         self.inner.query(table, query, page)
     }
 
+    /// Where the next page of `query` would start: the PartitionKey (for
+    /// routing only: it may carry a trailing U+0001 meaning "just after this
+    /// partition"), or `None` when nothing is left to scan.
+    pub(crate) fn page_start(
+        &self,
+        table: &str,
+        query: &Query,
+        req: &PageRequest,
+    ) -> Result<Option<String>> {
+        let t = self.inner.table(table)?;
+        let from = req
+            .continuation
+            .as_ref()
+            .map(|c| c.decode(query.fingerprint(&t.name)))
+            .transpose()?
+            .map(|r| r.start_key(t.id));
+        for (start, end) in query.byte_ranges(t.id) {
+            if from.as_ref().is_some_and(|f| *f >= end) {
+                continue;
+            }
+            let start = match from {
+                Some(f) if f > start => f,
+                _ => start,
+            };
+            let rest = &start[codec::TABLE_PREFIX_LEN..];
+            let pk_end = rest.iter().position(|b| *b == 0).unwrap_or(rest.len());
+            return Ok(Some(String::from_utf8_lossy(&rest[..pk_end]).into_owned()));
+        }
+        Ok(None)
+    }
+
     /// Entity and partition counts of a table.
     pub fn table_stats_blocking(&self, table: &str) -> Result<TableStats> {
         let t = self.inner.table(table)?;

@@ -80,6 +80,20 @@ impl KeyInterval {
             }
     }
 
+    /// The part of this interval inside `[lo, hi)` (hi `None` = unbounded).
+    pub fn clip(&self, lo: &str, hi: Option<&str>) -> KeyInterval {
+        let lo_b = match &self.lo {
+            Bound::Included(a) | Bound::Excluded(a) if a.as_str() >= lo => self.lo.clone(),
+            _ => Bound::Included(lo.to_owned()),
+        };
+        let hi_b = match (hi, &self.hi) {
+            (None, h) => h.clone(),
+            (Some(h), Bound::Included(a) | Bound::Excluded(a)) if a.as_str() < h => self.hi.clone(),
+            (Some(h), _) => Bound::Excluded(h.to_owned()),
+        };
+        KeyInterval { lo: lo_b, hi: hi_b }
+    }
+
     /// True when no key can lie inside.
     pub fn is_empty(&self) -> bool {
         match (&self.lo, &self.hi) {

@@ -5,3 +5,4 @@ mod basics;
 mod crash;
 mod limits;
 mod model;
+mod partition;

@@ -1,0 +1,1025 @@
+//! The partition layer: what makes the store a *partitioned* store in the
+//! sense of the seeds (SPEC §4). Data stays in the engine ([`LocalStore`]);
+//! this layer decides who serves it and how fast.
+//!
+//! - [`map`] — each table's range partitions and their partition servers.
+//! - [`PartitionedStore`] — every request is **routed** to the server that
+//!   owns its range, **throttled** there ([`throttle`]: per PartitionKey,
+//!   per server, per account), **metered** ([`load`]), and a query page
+//!   **ends where a range served by another server begins**
+//!   ([`map::TableMap::server_boundary_after`]).
+//! - [`scan`] — partition-range and full scans fanned out across servers in
+//!   parallel (bounded), pages still delivered in clustered-key order.
+//! - The **balancer** ([`PartitionedStore::rebalance`]) splits the hottest
+//!   range of a server that stayed over capacity for a whole window and
+//!   moves part of it to the least-loaded server; the moving range is
+//!   offline briefly and answers ServerBusy.
+//! - [`retry`] — the retry policy callers use for ServerBusy and timeouts.
+//!
+//! Deliberately limited: a multi-partition scan page is metered against its
+//! server and the account, not against each PartitionKey it passes through
+//! (the store does not report per-partition scan counts); a page that spans
+//! several ranges of one server is metered to the range it started in.
+
+pub(crate) mod load;
+pub(crate) mod map;
+pub mod retry;
+pub mod scan;
+pub mod throttle;
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::{Mutex, RwLock};
+
+use crate::api::{PartitionStats, TableInfo, TableStats, TableStore};
+use crate::clock::{Clock, SystemClock};
+use crate::entity::{Entity, EntityWrite, Value};
+use crate::error::{Result, StoreError};
+use crate::local::LocalStore;
+use crate::ops::{OpOutcome, Operation};
+use crate::query::{KeyBox, Page, PageRequest, Query};
+
+use load::{InsertTracker, LoadTracker};
+use map::TableMap;
+use throttle::{BucketKind, Scope, Throttle};
+
+pub use retry::{RetryPolicy, RetryStats};
+pub use throttle::{Targets, ThrottleCounts};
+
+/// The system table holding partition maps. Hidden from listings, and the
+/// `tgsys_` prefix is reserved.
+const MAP_TABLE: &str = "tgsys_partition_map";
+const SYSTEM_PREFIX: &str = "tgsys_";
+/// Balancer events kept for the system views.
+const MAX_EVENTS: usize = 256;
+
+/// How the partition layer behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionConfig {
+    /// Number of partition servers (default 4).
+    pub servers: usize,
+    /// Scalability targets; `None` is `throttle = off`.
+    pub targets: Option<Targets>,
+    /// How long a server must stay over capacity before the balancer acts.
+    pub balance_window: Duration,
+    /// How long a moving range is offline.
+    pub move_offline: Duration,
+    /// The window over which "current load" is shown (hot partitions, views).
+    pub load_window: Duration,
+    /// Warm at this share of the PartitionKey target.
+    pub warm_share: f64,
+    /// Hot at this share of the PartitionKey target.
+    pub hot_share: f64,
+}
+
+impl Default for PartitionConfig {
+    fn default() -> Self {
+        PartitionConfig {
+            servers: 4,
+            targets: Some(Targets::default()),
+            balance_window: Duration::from_secs(60),
+            move_offline: Duration::from_millis(200),
+            load_window: Duration::from_secs(10),
+            warm_share: 0.5,
+            hot_share: 0.9,
+        }
+    }
+}
+
+/// One range partition as operators see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeInfo {
+    /// Table name.
+    pub table: String,
+    /// Inclusive lower PartitionKey bound (`""` = start of the table).
+    pub lo: String,
+    /// Exclusive upper bound; `None` = end of the table.
+    pub hi: Option<String>,
+    /// Serving partition server.
+    pub server: usize,
+    /// Entities stored in the range.
+    pub entities: u64,
+    /// PartitionKeys with entities in the range.
+    pub partitions: u64,
+    /// Entities/s over the load window.
+    pub load_per_sec: f64,
+    /// Offline while moving.
+    pub offline: bool,
+}
+
+/// One partition server as operators see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerInfo {
+    /// Server id (0-based).
+    pub server: usize,
+    /// Range partitions it serves.
+    pub ranges: usize,
+    /// Entities/s over the load window.
+    pub load_per_sec: f64,
+    /// Its capacity (`None` with throttling off).
+    pub capacity_per_sec: Option<u64>,
+}
+
+/// How hot a PartitionKey runs relative to its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HotLevel {
+    /// At or over the warm share of the target.
+    Warm,
+    /// At or over the hot share of the target.
+    Hot,
+}
+
+/// A PartitionKey running near or over its target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HotPartition {
+    /// Table name.
+    pub table: String,
+    /// The PartitionKey.
+    pub partition_key: String,
+    /// Entities/s over the load window.
+    pub load_per_sec: f64,
+    /// The per-PartitionKey target.
+    pub target_per_sec: u64,
+    /// Warm or hot.
+    pub level: HotLevel,
+}
+
+/// The insert anti-patterns of the seeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertPatternKind {
+    /// New PartitionKeys always sort last (timestamps, counters).
+    AppendOnly,
+    /// New PartitionKeys always sort first (reverse timestamps).
+    PrependOnly,
+}
+
+/// A detected insert pattern.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InsertPattern {
+    /// Table name.
+    pub table: String,
+    /// Which pattern.
+    pub kind: InsertPatternKind,
+    /// Recent share of inserts that follow it (0..1).
+    pub share: f64,
+    /// Inserts observed.
+    pub inserts: u64,
+}
+
+/// What the balancer did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BalanceAction {
+    /// A range was split so that a new range starts at `at`.
+    Split {
+        /// First PartitionKey of the new range.
+        at: String,
+    },
+    /// A range moved between servers.
+    Move {
+        /// Lower bound of the moved range.
+        lo: String,
+        /// Old server.
+        from: usize,
+        /// New server.
+        to: usize,
+    },
+}
+
+/// A balancer event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceEvent {
+    /// When, in clock microseconds.
+    pub at_micros: i64,
+    /// Table name.
+    pub table: String,
+    /// What happened.
+    pub action: BalanceAction,
+}
+
+/// The embedded store with its partition layer. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PartitionedStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    store: LocalStore,
+    config: PartitionConfig,
+    clock: Arc<dyn Clock>,
+    /// By lower-case table name.
+    maps: RwLock<HashMap<String, TableMap>>,
+    throttle: Throttle,
+    load: Mutex<LoadTracker>,
+    events: Mutex<VecDeque<BalanceEvent>>,
+}
+
+/// Where a request goes.
+struct Route {
+    lo: String,
+    server: usize,
+    /// For queries: where the page must stop.
+    stop: Option<String>,
+}
+
+fn is_system(name: &str) -> bool {
+    name.len() >= SYSTEM_PREFIX.len()
+        && name[..SYSTEM_PREFIX.len()].eq_ignore_ascii_case(SYSTEM_PREFIX)
+}
+
+fn window_secs(d: Duration) -> i64 {
+    d.as_secs().max(1) as i64
+}
+
+impl PartitionedStore {
+    /// Puts the partition layer over `store`, loading persisted maps.
+    pub fn new(store: LocalStore, config: PartitionConfig) -> Result<Self> {
+        Self::with_clock(store, config, Arc::new(SystemClock))
+    }
+
+    /// Same, with an injected clock (tests).
+    pub fn with_clock(
+        store: LocalStore,
+        config: PartitionConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        let config = PartitionConfig {
+            servers: config.servers.max(1),
+            ..config
+        };
+        match store.create_table_blocking(MAP_TABLE) {
+            Ok(_) | Err(StoreError::TableExists { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let shared = Shared {
+            throttle: Throttle::new(config.targets.clone()),
+            store,
+            config,
+            clock,
+            maps: RwLock::new(HashMap::new()),
+            load: Mutex::new(LoadTracker::default()),
+            events: Mutex::new(VecDeque::new()),
+        };
+        let tables = shared.store.list_tables_blocking();
+        for t in tables.iter().filter(|t| !is_system(&t.name)) {
+            let map = shared.load_map(&t.name)?;
+            shared.maps.write().insert(t.name.to_ascii_lowercase(), map);
+        }
+        Ok(PartitionedStore {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The entity store underneath (no routing, no throttling).
+    pub fn local(&self) -> &LocalStore {
+        &self.shared.store
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &PartitionConfig {
+        &self.shared.config
+    }
+
+    /// Creates a table, served at first by one range partition.
+    pub fn create_table_blocking(&self, name: &str) -> Result<TableInfo> {
+        if is_system(name) {
+            return Err(StoreError::InvalidTableName {
+                name: name.to_owned(),
+                reason: "names starting with tgsys_ are reserved for the system",
+            });
+        }
+        let info = self.shared.store.create_table_blocking(name)?;
+        let server = self.shared.initial_server(name);
+        self.shared
+            .maps
+            .write()
+            .insert(name.to_ascii_lowercase(), TableMap::single(server));
+        Ok(info)
+    }
+
+    /// Drops a table, its data and its partition map.
+    pub fn drop_table_blocking(&self, name: &str) -> Result<()> {
+        if is_system(name) {
+            return Err(StoreError::TableNotFound {
+                name: name.to_owned(),
+            });
+        }
+        self.shared.store.drop_table_blocking(name)?;
+        let lower = name.to_ascii_lowercase();
+        self.shared.maps.write().remove(&lower);
+        self.shared.delete_map(&lower)
+    }
+
+    /// User tables, by name.
+    pub fn list_tables_blocking(&self) -> Vec<TableInfo> {
+        let mut v = self.shared.store.list_tables_blocking();
+        v.retain(|t| !is_system(&t.name));
+        v
+    }
+
+    /// Point read, routed and throttled (costs one entity).
+    pub fn get_blocking(&self, table: &str, pk: &str, rk: &str) -> Result<Option<Entity>> {
+        let route = self.shared.route(table, pk)?;
+        let scope = Scope {
+            table,
+            partition: Some(pk),
+            server: route.server,
+        };
+        self.shared.admit(scope, 1)?;
+        let r = self.shared.store.get_blocking(table, pk, rk);
+        self.shared.charge(scope, &route, 1);
+        r
+    }
+
+    /// An entity-group transaction, routed to its partition's server and
+    /// throttled by its operation count.
+    pub fn execute_blocking(&self, table: &str, ops: &[Operation]) -> Result<Vec<OpOutcome>> {
+        let Some(first) = ops.first() else {
+            return self.shared.store.execute_blocking(table, ops);
+        };
+        let pk = first.keys().0.to_owned();
+        let route = self.shared.route(table, &pk)?;
+        let scope = Scope {
+            table,
+            partition: Some(&pk),
+            server: route.server,
+        };
+        let cost = ops.len() as u64;
+        self.shared.admit(scope, cost)?;
+        let r = self.shared.store.execute_blocking(table, ops);
+        self.shared.charge(scope, &route, cost);
+        if let Ok(outcomes) = &r
+            && outcomes.iter().any(|o| !o.existed && o.entity.is_some())
+        {
+            let mut load = self.shared.load.lock();
+            load.inserts
+                .entry(table.to_ascii_lowercase())
+                .or_insert_with(InsertTracker::default)
+                .record(&pk);
+        }
+        r
+    }
+
+    /// One page of a query: routed to the server owning the range where the
+    /// page starts, ending where another server's range begins.
+    pub fn query_blocking(&self, table: &str, query: &Query, req: &PageRequest) -> Result<Page> {
+        if is_system(table) {
+            return Err(StoreError::TableNotFound {
+                name: table.to_owned(),
+            });
+        }
+        req.validate()?;
+        let Some(start) = self.shared.store.page_start(table, query, req)? else {
+            return Ok(Page {
+                entities: Vec::new(),
+                scanned: 0,
+                continuation: None,
+            });
+        };
+        let route = self.shared.route(table, &start)?;
+        let single = single_partition(query);
+        let scope = Scope {
+            table,
+            partition: single,
+            server: route.server,
+        };
+        self.shared.admit(scope, 1)?;
+        let mut req = req.clone();
+        req.stop_at_partition = match (req.stop_at_partition.take(), route.stop.clone()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let r = self.shared.store.query_blocking(table, query, &req);
+        let cost = r.as_ref().map_or(1, |p| p.scanned.max(1));
+        self.shared.charge(scope, &route, cost);
+        r
+    }
+
+    /// Table counts (metadata; not throttled).
+    pub fn table_stats_blocking(&self, table: &str) -> Result<TableStats> {
+        self.shared.check_user_table(table)?;
+        self.shared.store.table_stats_blocking(table)
+    }
+
+    /// Partition counts (metadata; not throttled).
+    pub fn partition_stats_blocking(
+        &self,
+        table: &str,
+        lo: Bound<&str>,
+        hi: Bound<&str>,
+        limit: usize,
+    ) -> Result<Vec<PartitionStats>> {
+        self.shared.check_user_table(table)?;
+        self.shared
+            .store
+            .partition_stats_blocking(table, lo, hi, limit)
+    }
+
+    /// Splits `table`'s range so that a new range starts at PartitionKey
+    /// `at` (same server). No-op if a range already starts there.
+    pub fn split_blocking(&self, table: &str, at: &str) -> Result<()> {
+        crate::limits::check_key(crate::KeyKind::PartitionKey, at)?;
+        let lower = self.shared.check_user_table(table)?;
+        let server = {
+            let mut maps = self.shared.maps.write();
+            let map = maps.get_mut(&lower).expect("checked");
+            match map.split(at) {
+                Some(i) => map.ranges[i].server,
+                None => return Ok(()),
+            }
+        };
+        self.shared.persist_range(&lower, at, server)?;
+        self.shared
+            .event(&lower, BalanceAction::Split { at: at.to_owned() });
+        Ok(())
+    }
+
+    /// Moves the range starting at `lo` to `server`; it is offline for the
+    /// configured move time.
+    pub fn move_range_blocking(&self, table: &str, lo: &str, server: usize) -> Result<()> {
+        let lower = self.shared.check_user_table(table)?;
+        if server >= self.shared.config.servers {
+            return Err(StoreError::InvalidQuery {
+                reason: format!("there are {} partition servers", self.shared.config.servers),
+            });
+        }
+        let from = {
+            let mut maps = self.shared.maps.write();
+            let map = maps.get_mut(&lower).expect("checked");
+            let Some(r) = map.ranges.iter_mut().find(|r| r.lo == lo) else {
+                return Err(StoreError::InvalidQuery {
+                    reason: format!("no range partition of {table} starts at {lo:?}"),
+                });
+            };
+            let from = r.server;
+            r.server = server;
+            r.offline_until =
+                self.shared.now() + self.shared.config.move_offline.as_micros() as i64;
+            from
+        };
+        self.shared.persist_range(&lower, lo, server)?;
+        self.shared.event(
+            &lower,
+            BalanceAction::Move {
+                lo: lo.to_owned(),
+                from,
+                to: server,
+            },
+        );
+        Ok(())
+    }
+
+    /// One balancer pass: for every server over capacity for the whole
+    /// balance window, split its hottest range and move a part to the
+    /// least-loaded server. Returns what it did.
+    pub fn rebalance(&self) -> Vec<BalanceEvent> {
+        self.shared.rebalance()
+    }
+
+    /// Runs [`rebalance`](Self::rebalance) every second until the store is
+    /// dropped everywhere else.
+    pub fn spawn_balancer(&self) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(&self.shared);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Some(shared) = weak.upgrade() else { return };
+                tokio::task::spawn_blocking(move || shared.rebalance())
+                    .await
+                    .ok();
+            }
+        })
+    }
+
+    /// Range partitions of `table` with their servers, sizes and load.
+    pub fn ranges(&self, table: &str) -> Result<Vec<RangeInfo>> {
+        let lower = self.shared.check_user_table(table)?;
+        let map = self
+            .shared
+            .maps
+            .read()
+            .get(&lower)
+            .cloned()
+            .expect("checked");
+        let now = self.shared.now();
+        let w = window_secs(self.shared.config.load_window);
+        let name = self
+            .list_tables_blocking()
+            .into_iter()
+            .find(|t| t.name.eq_ignore_ascii_case(table))
+            .map_or_else(|| table.to_owned(), |t| t.name);
+        let mut out = Vec::with_capacity(map.ranges.len());
+        for (i, r) in map.ranges.iter().enumerate() {
+            let hi = map.hi(i).map(str::to_owned);
+            let stats = self.shared.store.partition_stats_blocking(
+                table,
+                Bound::Included(&r.lo),
+                hi.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+                usize::MAX,
+            )?;
+            let load = self.shared.load.lock();
+            out.push(RangeInfo {
+                table: name.clone(),
+                lo: r.lo.clone(),
+                hi,
+                server: r.server,
+                entities: stats.iter().map(|s| s.entities).sum(),
+                partitions: stats.len() as u64,
+                load_per_sec: load
+                    .ranges
+                    .get(&(lower.clone(), r.lo.clone()))
+                    .map_or(0.0, |m| m.rate(now, w)),
+                offline: r.offline_until > now,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every partition server with its load.
+    pub fn servers(&self) -> Vec<ServerInfo> {
+        let now = self.shared.now();
+        let w = window_secs(self.shared.config.load_window);
+        let maps = self.shared.maps.read();
+        let load = self.shared.load.lock();
+        (0..self.shared.config.servers)
+            .map(|s| ServerInfo {
+                server: s,
+                ranges: maps
+                    .values()
+                    .map(|m| m.ranges.iter().filter(|r| r.server == s).count())
+                    .sum(),
+                load_per_sec: load.servers.get(&s).map_or(0.0, |m| m.rate(now, w)),
+                capacity_per_sec: self.shared.config.targets.as_ref().map(|t| t.per_server),
+            })
+            .collect()
+    }
+
+    /// PartitionKeys at or over the warm share of their target, hottest
+    /// first, at most `limit`.
+    pub fn hot_partitions(&self, limit: usize) -> Vec<HotPartition> {
+        let now = self.shared.now();
+        let c = &self.shared.config;
+        let w = window_secs(c.load_window);
+        let target = c
+            .targets
+            .as_ref()
+            .map_or(Targets::default().per_partition, |t| t.per_partition);
+        let load = self.shared.load.lock();
+        let mut hot: Vec<HotPartition> = load
+            .partitions
+            .iter()
+            .filter_map(|((table, pk), m)| {
+                let rate = m.rate(now, w);
+                let share = rate / target as f64;
+                let level = if share >= c.hot_share {
+                    HotLevel::Hot
+                } else if share >= c.warm_share {
+                    HotLevel::Warm
+                } else {
+                    return None;
+                };
+                Some(HotPartition {
+                    table: table.clone(),
+                    partition_key: pk.clone(),
+                    load_per_sec: rate,
+                    target_per_sec: target,
+                    level,
+                })
+            })
+            .collect();
+        hot.sort_by(|a, b| b.load_per_sec.total_cmp(&a.load_per_sec));
+        hot.truncate(limit);
+        hot
+    }
+
+    /// Tables whose inserts follow the append-only or prepend-only pattern.
+    pub fn insert_patterns(&self) -> Vec<InsertPattern> {
+        let load = self.shared.load.lock();
+        let mut v: Vec<InsertPattern> = load
+            .inserts
+            .iter()
+            .filter_map(|(table, t)| {
+                t.pattern().map(|(kind, share)| InsertPattern {
+                    table: table.clone(),
+                    kind,
+                    share,
+                    inserts: t.inserts,
+                })
+            })
+            .collect();
+        v.sort_by(|a, b| a.table.cmp(&b.table));
+        v
+    }
+
+    /// Requests refused by each kind of target since start.
+    pub fn throttle_counts(&self) -> ThrottleCounts {
+        self.shared.throttle.counts()
+    }
+
+    /// Recent balancer events, oldest first.
+    pub fn balance_events(&self) -> Vec<BalanceEvent> {
+        self.shared.events.lock().iter().cloned().collect()
+    }
+}
+
+/// The PartitionKey when every span of the query lies in one partition.
+fn single_partition(q: &Query) -> Option<&str> {
+    let first = q.spans.first()?.pk.as_point()?;
+    q.spans
+        .iter()
+        .all(|b: &KeyBox| b.pk.as_point() == Some(first))
+        .then_some(first)
+}
+
+impl Shared {
+    fn now(&self) -> i64 {
+        self.clock.now_micros()
+    }
+
+    /// New tables spread over servers by a stable hash of their name.
+    fn initial_server(&self, name: &str) -> usize {
+        let h = xxhash_rust::xxh3::xxh3_64(name.to_ascii_lowercase().as_bytes());
+        (h % self.config.servers as u64) as usize
+    }
+
+    fn check_user_table(&self, table: &str) -> Result<String> {
+        let lower = table.to_ascii_lowercase();
+        if is_system(&lower) || !self.maps.read().contains_key(&lower) {
+            return Err(StoreError::TableNotFound {
+                name: table.to_owned(),
+            });
+        }
+        Ok(lower)
+    }
+
+    fn route(&self, table: &str, pk: &str) -> Result<Route> {
+        let lower = table.to_ascii_lowercase();
+        let maps = self.maps.read();
+        let map = maps
+            .get(&lower)
+            .filter(|_| !is_system(&lower))
+            .ok_or_else(|| StoreError::TableNotFound {
+                name: table.to_owned(),
+            })?;
+        let i = map.locate(pk);
+        let r = &map.ranges[i];
+        let now = self.now();
+        if r.offline_until > now {
+            let retry_after = Duration::from_micros((r.offline_until - now) as u64);
+            let scope = format!(
+                "range partition [{:?}, {}) of table {table}",
+                r.lo,
+                map.hi(i).map_or("end".to_owned(), |h| format!("{h:?}"))
+            );
+            return Err(StoreError::ServerBusy {
+                reason: format!(
+                    "{scope} is moving to partition server {}; retry in {} ms",
+                    r.server,
+                    retry_after.as_millis().max(1)
+                ),
+                scope,
+                target_per_sec: None,
+                retry_after,
+            });
+        }
+        Ok(Route {
+            lo: r.lo.clone(),
+            server: r.server,
+            stop: map.server_boundary_after(i).map(str::to_owned),
+        })
+    }
+
+    fn admit(&self, scope: Scope<'_>, demand: u64) -> Result<()> {
+        let now = self.now();
+        match self.throttle.admit(scope, now) {
+            Ok(()) => Ok(()),
+            Err(refused) => {
+                // Refused demand still shows in the load meters: a server
+                // refusing requests is over capacity whatever it admitted.
+                let w = window_secs(self.config.balance_window)
+                    .max(window_secs(self.config.load_window));
+                let mut load = self.load.lock();
+                let server = load.servers.entry(scope.server).or_default();
+                if refused.kind == BucketKind::Server {
+                    server.mark_over(now, w);
+                }
+                if let Some(pk) = scope.partition {
+                    load.partitions
+                        .entry((scope.table.to_ascii_lowercase(), pk.to_owned()))
+                        .or_default()
+                        .add(now, demand, w);
+                }
+                Err(refused.error)
+            }
+        }
+    }
+
+    fn charge(&self, scope: Scope<'_>, route: &Route, cost: u64) {
+        let now = self.now();
+        self.throttle.charge(scope, cost, now);
+        let w = window_secs(self.config.balance_window).max(window_secs(self.config.load_window));
+        let table = scope.table.to_ascii_lowercase();
+        let mut load = self.load.lock();
+        load.servers
+            .entry(scope.server)
+            .or_default()
+            .add(now, cost, w);
+        load.ranges
+            .entry((table.clone(), route.lo.clone()))
+            .or_default()
+            .add(now, cost, w);
+        if let Some(pk) = scope.partition {
+            load.partitions
+                .entry((table, pk.to_owned()))
+                .or_default()
+                .add(now, cost, w);
+        }
+        load.prune(now, w);
+    }
+
+    fn event(&self, table: &str, action: BalanceAction) {
+        let mut ev = self.events.lock();
+        if ev.len() == MAX_EVENTS {
+            ev.pop_front();
+        }
+        ev.push_back(BalanceEvent {
+            at_micros: self.now(),
+            table: table.to_owned(),
+            action,
+        });
+    }
+
+    fn load_map(&self, table: &str) -> Result<TableMap> {
+        let lower = table.to_ascii_lowercase();
+        let mut map = TableMap::single(self.initial_server(&lower));
+        let q = Query::spans(vec![KeyBox::partition(lower.clone())]);
+        let mut req = PageRequest::first(crate::limits::MAX_PAGE_SIZE);
+        loop {
+            let page = self.store.query_blocking(MAP_TABLE, &q, &req)?;
+            for e in &page.entities {
+                let server = match e.properties.get("server") {
+                    Some(Value::Int32(s)) => (*s).max(0) as usize % self.config.servers,
+                    _ => {
+                        return Err(StoreError::Corrupt(format!(
+                            "partition map entry of {table} has no server"
+                        )));
+                    }
+                };
+                map.split(&e.row_key);
+                let i = map.locate(&e.row_key);
+                map.ranges[i].server = server;
+            }
+            match page.continuation {
+                Some(t) => req = req.resume(t),
+                None => return Ok(map),
+            }
+        }
+    }
+
+    fn persist_range(&self, table: &str, lo: &str, server: usize) -> Result<()> {
+        let op = Operation::InsertOrReplace(
+            EntityWrite::new(table, lo).with("server", Value::Int32(server as i32)),
+        );
+        self.store.execute_blocking(MAP_TABLE, &[op]).map(|_| ())
+    }
+
+    fn delete_map(&self, table: &str) -> Result<()> {
+        let q = Query::spans(vec![KeyBox::partition(table)]);
+        loop {
+            let page = self
+                .store
+                .query_blocking(MAP_TABLE, &q, &PageRequest::first(100))?;
+            if page.entities.is_empty() {
+                return Ok(());
+            }
+            let ops: Vec<_> = page
+                .entities
+                .iter()
+                .map(|e| Operation::Delete {
+                    partition_key: e.partition_key.clone(),
+                    row_key: e.row_key.clone(),
+                    if_match: crate::IfMatch::Any,
+                })
+                .collect();
+            self.store.execute_blocking(MAP_TABLE, &ops)?;
+        }
+    }
+
+    fn rebalance(&self) -> Vec<BalanceEvent> {
+        let Some(targets) = self.config.targets.clone() else {
+            return Vec::new();
+        };
+        let now = self.now();
+        let w = window_secs(self.config.balance_window);
+        let mut done = Vec::new();
+        for server in 0..self.config.servers {
+            let over = self
+                .load
+                .lock()
+                .servers
+                .get(&server)
+                .is_some_and(|m| m.over_for(now, w, targets.per_server));
+            if !over {
+                continue;
+            }
+            if let Some(ev) = self.relieve(server, now, w) {
+                done.extend(ev);
+            }
+        }
+        done
+    }
+
+    /// Splits or moves load off `server`. Returns the events, or `None` when
+    /// nothing can help (one hot PartitionKey alone on its server).
+    fn relieve(&self, server: usize, now: i64, w: i64) -> Option<Vec<BalanceEvent>> {
+        let maps = self.maps.read().clone();
+        let load = self.load.lock();
+        // The hottest range on this server.
+        let (table, idx, _) = maps
+            .iter()
+            .flat_map(|(t, m)| {
+                m.ranges
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.server == server)
+                    .map(move |(i, r)| (t, i, r))
+            })
+            .map(|(t, i, r)| {
+                let rate = load
+                    .ranges
+                    .get(&(t.clone(), r.lo.clone()))
+                    .map_or(0.0, |m| m.rate(now, w));
+                (t.clone(), i, rate)
+            })
+            .max_by(|a, b| a.2.total_cmp(&b.2))?;
+        let map = &maps[&table];
+        let lo = map.ranges[idx].lo.clone();
+        let hi = map.hi(idx).map(str::to_owned);
+        // Loaded PartitionKeys inside it, in key order.
+        let mut pks: Vec<(String, f64)> = load
+            .partitions
+            .iter()
+            .filter(|((t, pk), _)| {
+                *t == table
+                    && pk.as_str() >= lo.as_str()
+                    && hi.as_deref().is_none_or(|h| pk.as_str() < h)
+            })
+            .map(|((_, pk), m)| (pk.clone(), m.rate(now, w)))
+            .filter(|(_, r)| *r > 0.0)
+            .collect();
+        pks.sort_by(|a, b| a.0.cmp(&b.0));
+        let target = (0..self.config.servers)
+            .filter(|s| *s != server)
+            .min_by(|a, b| {
+                let ra = load.servers.get(a).map_or(0.0, |m| m.rate(now, w));
+                let rb = load.servers.get(b).map_or(0.0, |m| m.rate(now, w));
+                ra.total_cmp(&rb)
+            })?;
+        let server_ranges = maps
+            .values()
+            .flat_map(|m| &m.ranges)
+            .filter(|r| r.server == server)
+            .count();
+        drop(load);
+        let before = self.events.lock().len();
+        if pks.len() >= 2 {
+            // Split at the load-weighted median, keeping both halves loaded.
+            let total: f64 = pks.iter().map(|p| p.1).sum();
+            let mut acc = 0.0;
+            let mut at = pks.len() - 1;
+            for (i, (_, r)) in pks.iter().enumerate() {
+                acc += r;
+                if acc >= total / 2.0 {
+                    at = (i + 1).min(pks.len() - 1);
+                    break;
+                }
+            }
+            let at = pks[at.max(1)].0.clone();
+            self.split_and_move(&table, &at, target).ok()?;
+        } else if server_ranges >= 2 {
+            self.move_range(&table, &lo, target).ok()?;
+        } else {
+            return None;
+        }
+        // A fresh window must pass before this server is judged again.
+        let mut load = self.load.lock();
+        for s in [server, target] {
+            if let Some(m) = load.servers.get_mut(&s) {
+                m.reset();
+            }
+        }
+        let ev = self.events.lock();
+        Some(ev.iter().skip(before).cloned().collect())
+    }
+
+    fn split_and_move(&self, table: &str, at: &str, to: usize) -> Result<()> {
+        let created = {
+            let mut maps = self.maps.write();
+            let map = maps
+                .get_mut(table)
+                .ok_or_else(|| StoreError::TableNotFound {
+                    name: table.to_owned(),
+                })?;
+            map.split(at).is_some()
+        };
+        if created {
+            self.event(table, BalanceAction::Split { at: at.to_owned() });
+        }
+        self.move_range(table, at, to)
+    }
+
+    fn move_range(&self, table: &str, lo: &str, to: usize) -> Result<()> {
+        let from = {
+            let mut maps = self.maps.write();
+            let map = maps
+                .get_mut(table)
+                .ok_or_else(|| StoreError::TableNotFound {
+                    name: table.to_owned(),
+                })?;
+            let r = map.ranges.iter_mut().find(|r| r.lo == lo).ok_or_else(|| {
+                StoreError::InvalidQuery {
+                    reason: format!("no range starts at {lo:?}"),
+                }
+            })?;
+            let from = r.server;
+            r.server = to;
+            r.offline_until = self.now() + self.config.move_offline.as_micros() as i64;
+            from
+        };
+        self.persist_range(table, lo, to)?;
+        self.event(
+            table,
+            BalanceAction::Move {
+                lo: lo.to_owned(),
+                from,
+                to,
+            },
+        );
+        Ok(())
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Engine(format!("store task failed: {e}"))))
+}
+
+#[async_trait]
+impl TableStore for PartitionedStore {
+    async fn create_table(&self, name: &str) -> Result<TableInfo> {
+        let (s, n) = (self.clone(), name.to_owned());
+        blocking(move || s.create_table_blocking(&n)).await
+    }
+
+    async fn drop_table(&self, name: &str) -> Result<()> {
+        let (s, n) = (self.clone(), name.to_owned());
+        blocking(move || s.drop_table_blocking(&n)).await
+    }
+
+    async fn list_tables(&self) -> Result<Vec<TableInfo>> {
+        Ok(self.list_tables_blocking())
+    }
+
+    async fn get(&self, table: &str, partition_key: &str, row_key: &str) -> Result<Option<Entity>> {
+        self.get_blocking(table, partition_key, row_key)
+    }
+
+    async fn query(&self, table: &str, query: &Query, page: &PageRequest) -> Result<Page> {
+        let (s, t, q, p) = (self.clone(), table.to_owned(), query.clone(), page.clone());
+        blocking(move || s.query_blocking(&t, &q, &p)).await
+    }
+
+    async fn execute(&self, table: &str, ops: Vec<Operation>) -> Result<Vec<OpOutcome>> {
+        let (s, t) = (self.clone(), table.to_owned());
+        blocking(move || s.execute_blocking(&t, &ops)).await
+    }
+
+    async fn table_stats(&self, table: &str) -> Result<TableStats> {
+        self.table_stats_blocking(table)
+    }
+
+    async fn partition_stats(
+        &self,
+        table: &str,
+        lo: Bound<String>,
+        hi: Bound<String>,
+        limit: usize,
+    ) -> Result<Vec<PartitionStats>> {
+        let (s, t) = (self.clone(), table.to_owned());
+        blocking(move || {
+            s.partition_stats_blocking(
+                &t,
+                lo.as_ref().map(String::as_str),
+                hi.as_ref().map(String::as_str),
+                limit,
+            )
+        })
+        .await
+    }
+}
