@@ -631,7 +631,7 @@ impl Inner {
                         page.entities.push(e);
                     }
                     let full = page.entities.len() >= req.max_entities;
-                    let out_of_time = page.scanned % BUDGET_CHECK_EVERY == 0
+                    let out_of_time = page.scanned.is_multiple_of(BUDGET_CHECK_EVERY)
                         && started.elapsed() >= req.time_budget;
                     if full || out_of_time {
                         let more = iter.next().is_some() || ri + 1 < ranges.len() || clipped;

@@ -52,6 +52,32 @@ impl KeyInterval {
         }
     }
 
+    /// Every key starting with `prefix` (`LIKE 'prefix%'`): from the prefix
+    /// up to, not including, the smallest string above all its extensions.
+    pub fn prefix(prefix: &str) -> Self {
+        let mut chars: Vec<char> = prefix.chars().collect();
+        let hi = loop {
+            match chars.pop() {
+                None => break Bound::Unbounded,
+                Some(c) => {
+                    // The next code point, skipping the surrogate gap.
+                    let next = match c {
+                        '\u{D7FF}' => Some('\u{E000}'),
+                        c => char::from_u32(c as u32 + 1),
+                    };
+                    if let Some(n) = next {
+                        chars.push(n);
+                        break Bound::Excluded(chars.into_iter().collect());
+                    }
+                }
+            }
+        };
+        KeyInterval {
+            lo: Bound::Included(prefix.to_owned()),
+            hi,
+        }
+    }
+
     /// From two bounds.
     pub fn new(lo: Bound<String>, hi: Bound<String>) -> Self {
         KeyInterval { lo, hi }
@@ -448,6 +474,25 @@ mod tests {
         assert_eq!(r[0].0, codec::entity_key(1, "a", "x"));
         assert_eq!(r[1].0, codec::partition_start(1, "b"));
         assert_eq!(r[1].1, codec::table_prefix(2).to_vec());
+    }
+
+    #[test]
+    fn prefix_intervals_cover_exactly_the_extensions() {
+        let i = KeyInterval::prefix("AGE:03");
+        assert!(i.contains("AGE:03"));
+        assert!(i.contains("AGE:039__x"));
+        assert!(i.contains("AGE:03\u{10FFFF}"));
+        assert!(!i.contains("AGE:04"));
+        assert!(!i.contains("AGE:0"));
+        assert_eq!(i.hi, Bound::Excluded("AGE:04".to_owned()));
+        let top = KeyInterval::prefix("a\u{10FFFF}");
+        assert_eq!(top.hi, Bound::Excluded("b".to_owned()));
+        assert!(top.contains("a\u{10FFFF}\u{10FFFF}"));
+        assert_eq!(KeyInterval::prefix("").hi, Bound::Unbounded);
+        assert_eq!(
+            KeyInterval::prefix("\u{D7FF}").hi,
+            Bound::Excluded("\u{E000}".to_owned())
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ impl Meter {
         while self
             .seconds
             .front()
-            .is_some_and(|(s, _, _)| *s <= sec - window - 1)
+            .is_some_and(|(s, _, _)| *s < sec - window)
         {
             self.seconds.pop_front();
         }

@@ -43,7 +43,7 @@ use crate::local::LocalStore;
 use crate::ops::{OpOutcome, Operation};
 use crate::query::{KeyBox, Page, PageRequest, Query};
 
-use load::{InsertTracker, LoadTracker};
+use load::LoadTracker;
 use map::TableMap;
 use throttle::{BucketKind, Scope, Throttle};
 
@@ -358,7 +358,7 @@ impl PartitionedStore {
             let mut load = self.shared.load.lock();
             load.inserts
                 .entry(table.to_ascii_lowercase())
-                .or_insert_with(InsertTracker::default)
+                .or_default()
                 .record(&pk);
         }
         r
