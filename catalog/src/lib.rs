@@ -1,7 +1,24 @@
-//! Table definitions for SQL over the store (issue 4): SQL columns and their
-//! EDM types, which columns are the PartitionKey and RowKey, Arrow schemas,
-//! and the pg_catalog / information_schema view of them.
+//! SQL table definitions over the store.
 //!
-//! Not built yet: this crate only fixes the dependency direction
-//! (catalog → store).
+//! - [`types`] — SQL types ↔ EDM types ↔ Arrow types, PostgreSQL names and
+//!   OIDs, and text input parsing (`'42'`, `'2026-11-22 08:00+01'`, `'\x00ff'`).
+//! - [`table`] — [`TableDef`]: columns, the PartitionKey column (first
+//!   primary-key column) and RowKey column (second, or the empty string),
+//!   the read-only system columns `timestamp` and `etag`, and the mapping
+//!   between SQL rows and entities.
+//! - [`catalog`] — [`Catalog`]: definitions persisted in the system table
+//!   `tgsys_catalog`, CREATE / DROP / ALTER ADD COLUMN.
+//!
+//! The pg_catalog / information_schema views over these definitions belong
+//! to the gateway (they are a protocol concern) and are not built yet.
+
+pub mod catalog;
+pub mod error;
+pub mod table;
+pub mod types;
+
+pub use catalog::{CATALOG_TABLE, Catalog, Created};
+pub use error::{CatalogError, Result};
+pub use table::{Column, ColumnRef, ETAG_COLUMN, Role, TIMESTAMP_COLUMN, TableDef};
 pub use tablegate_store as store;
+pub use types::SqlType;

@@ -1,0 +1,75 @@
+//! The catalog's one error type.
+
+use tablegate_store::StoreError;
+
+/// Why a catalog operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// No such table.
+    #[error("relation \"{name}\" does not exist")]
+    UnknownTable {
+        /// As written.
+        name: String,
+    },
+    /// CREATE TABLE of an existing name.
+    #[error("relation \"{name}\" already exists")]
+    TableExists {
+        /// As written.
+        name: String,
+    },
+    /// No such column.
+    #[error("column \"{column}\" of relation \"{table}\" does not exist")]
+    UnknownColumn {
+        /// Table.
+        table: String,
+        /// Column as written.
+        column: String,
+    },
+    /// A column name used twice.
+    #[error("column \"{column}\" specified more than once")]
+    DuplicateColumn {
+        /// The column.
+        column: String,
+    },
+    /// A type the store cannot hold.
+    #[error("type \"{name}\" is not supported")]
+    UnsupportedType {
+        /// The type as written.
+        name: String,
+        /// What to use instead.
+        hint: &'static str,
+    },
+    /// A primary key the store cannot map to PartitionKey/RowKey.
+    #[error("{reason}")]
+    InvalidKey {
+        /// What is wrong.
+        reason: String,
+        /// How to fix it.
+        hint: &'static str,
+    },
+    /// A column name that clashes with a system column or store rule.
+    #[error("column name \"{column}\" is not allowed: {reason}")]
+    InvalidColumnName {
+        /// The column.
+        column: String,
+        /// Why.
+        reason: String,
+    },
+    /// Text that does not parse as the column's type.
+    #[error("invalid input syntax for type {ty}: \"{text}\"")]
+    InvalidText {
+        /// PostgreSQL type name.
+        ty: &'static str,
+        /// The text (truncated).
+        text: String,
+    },
+    /// A stored definition that does not decode.
+    #[error("corrupt catalog entry: {0}")]
+    Corrupt(String),
+    /// The store failed or refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The catalog's result type.
+pub type Result<T, E = CatalogError> = std::result::Result<T, E>;

@@ -1,0 +1,466 @@
+//! A SQL table over a store table: columns, which column is the
+//! PartitionKey and which the RowKey, the system columns, and the mapping
+//! between SQL rows and entities.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_schema::{Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+use tablegate_store::{Entity, EntityWrite, Value, limits};
+
+use crate::error::{CatalogError, Result};
+use crate::types::SqlType;
+
+/// The read-only system column holding the store's Timestamp.
+pub const TIMESTAMP_COLUMN: &str = "timestamp";
+/// The read-only system column holding the ETag (only when named).
+pub const ETAG_COLUMN: &str = "etag";
+
+/// A user column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    /// Name as SQL folds it (lower case unless quoted).
+    pub name: String,
+    /// Type.
+    pub ty: SqlType,
+    /// NOT NULL (key columns always are).
+    pub not_null: bool,
+}
+
+/// What a column is in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The PartitionKey.
+    PartitionKey,
+    /// The RowKey.
+    RowKey,
+    /// A stored property of the same name.
+    Property,
+    /// The store's Timestamp (read-only).
+    Timestamp,
+    /// The ETag (read-only, only when named).
+    ETag,
+}
+
+/// A column reference resolved against a table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ColumnRef {
+    /// Column name.
+    pub name: String,
+    /// Type.
+    pub ty: SqlType,
+    /// Role in the store.
+    pub role: Role,
+    /// Nullable in results.
+    pub nullable: bool,
+}
+
+/// A table definition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableDef {
+    /// Table name as created.
+    pub name: String,
+    /// User columns in declaration order (key columns included).
+    pub columns: Vec<Column>,
+    /// The PartitionKey column.
+    pub partition_key: String,
+    /// The RowKey column; `None` means the RowKey is always `""`.
+    pub row_key: Option<String>,
+}
+
+impl TableDef {
+    /// Validates and builds a definition. `primary_key` names one or two
+    /// columns: the PartitionKey, then the RowKey.
+    pub fn new(name: &str, mut columns: Vec<Column>, primary_key: &[String]) -> Result<TableDef> {
+        limits::check_table_name(name)?;
+        let mut seen = std::collections::HashSet::new();
+        for c in &columns {
+            if !seen.insert(c.name.clone()) {
+                return Err(CatalogError::DuplicateColumn {
+                    column: c.name.clone(),
+                });
+            }
+            check_column_name(&c.name)?;
+        }
+        let key_hint =
+            "declare PRIMARY KEY (partition_key_column [, row_key_column]) on TEXT columns";
+        let (pk, rk) = match primary_key {
+            [] => {
+                return Err(CatalogError::InvalidKey {
+                    reason: format!(
+                        "table \"{name}\" needs a primary key: its first column is the PartitionKey, its second the RowKey"
+                    ),
+                    hint: key_hint,
+                });
+            }
+            [pk] => (pk.clone(), None),
+            [pk, rk] => (pk.clone(), Some(rk.clone())),
+            more => {
+                return Err(CatalogError::InvalidKey {
+                    reason: format!(
+                        "a primary key has at most two columns (PartitionKey, RowKey), not {}",
+                        more.len()
+                    ),
+                    hint: "combine further columns into the RowKey text, e.g. 'BIB:01234__John' (the seeds' composite key)",
+                });
+            }
+        };
+        if rk.as_ref() == Some(&pk) {
+            return Err(CatalogError::DuplicateColumn { column: pk });
+        }
+        for key in std::iter::once(&pk).chain(rk.iter()) {
+            let col = columns.iter_mut().find(|c| &c.name == key).ok_or_else(|| {
+                CatalogError::UnknownColumn {
+                    table: name.to_owned(),
+                    column: key.clone(),
+                }
+            })?;
+            if col.ty != SqlType::Text {
+                return Err(CatalogError::InvalidKey {
+                    reason: format!(
+                        "key column \"{}\" is {}, but PartitionKey and RowKey are text",
+                        col.name,
+                        col.ty.pg_name()
+                    ),
+                    hint: "declare key columns as TEXT; zero-pad numbers (e.g. '000042') so they sort in numeric order",
+                });
+            }
+            col.not_null = true;
+        }
+        let properties = columns.len() - 1 - usize::from(rk.is_some());
+        if properties > limits::MAX_PROPERTIES {
+            return Err(CatalogError::InvalidColumnName {
+                column: columns.last().map(|c| c.name.clone()).unwrap_or_default(),
+                reason: format!(
+                    "a table has at most {} columns besides its key columns",
+                    limits::MAX_PROPERTIES
+                ),
+            });
+        }
+        Ok(TableDef {
+            name: name.to_owned(),
+            columns,
+            partition_key: pk,
+            row_key: rk,
+        })
+    }
+
+    /// Adds a column (ALTER TABLE ADD COLUMN).
+    pub fn with_column(&self, column: Column) -> Result<TableDef> {
+        if self.columns.iter().any(|c| c.name == column.name) {
+            return Err(CatalogError::DuplicateColumn {
+                column: column.name,
+            });
+        }
+        check_column_name(&column.name)?;
+        let mut columns = self.columns.clone();
+        columns.push(column);
+        let mut key = vec![self.partition_key.clone()];
+        key.extend(self.row_key.clone());
+        TableDef::new(&self.name, columns, &key)
+    }
+
+    /// The role of a user column.
+    fn role_of(&self, c: &Column) -> Role {
+        if c.name == self.partition_key {
+            Role::PartitionKey
+        } else if self.row_key.as_deref() == Some(c.name.as_str()) {
+            Role::RowKey
+        } else {
+            Role::Property
+        }
+    }
+
+    fn column_ref(&self, c: &Column) -> ColumnRef {
+        let role = self.role_of(c);
+        ColumnRef {
+            name: c.name.clone(),
+            ty: c.ty,
+            role,
+            nullable: !c.not_null && role == Role::Property,
+        }
+    }
+
+    /// Resolves a column name (user or system).
+    pub fn resolve(&self, name: &str) -> Result<ColumnRef> {
+        if let Some(c) = self.columns.iter().find(|c| c.name == name) {
+            return Ok(self.column_ref(c));
+        }
+        match name {
+            TIMESTAMP_COLUMN => Ok(ColumnRef {
+                name: TIMESTAMP_COLUMN.to_owned(),
+                ty: SqlType::Timestamptz,
+                role: Role::Timestamp,
+                nullable: false,
+            }),
+            ETAG_COLUMN => Ok(ColumnRef {
+                name: ETAG_COLUMN.to_owned(),
+                ty: SqlType::Text,
+                role: Role::ETag,
+                nullable: false,
+            }),
+            _ => Err(CatalogError::UnknownColumn {
+                table: self.name.clone(),
+                column: name.to_owned(),
+            }),
+        }
+    }
+
+    /// The columns of `SELECT *`: user columns, then `timestamp`.
+    pub fn star(&self) -> Vec<ColumnRef> {
+        let mut v: Vec<ColumnRef> = self.columns.iter().map(|c| self.column_ref(c)).collect();
+        v.push(self.resolve(TIMESTAMP_COLUMN).expect("system column"));
+        v
+    }
+
+    /// The PartitionKey column.
+    pub fn partition_key_column(&self) -> ColumnRef {
+        self.resolve(&self.partition_key).expect("validated")
+    }
+
+    /// The RowKey column, if the table has one.
+    pub fn row_key_column(&self) -> Option<ColumnRef> {
+        self.row_key
+            .as_deref()
+            .map(|r| self.resolve(r).expect("validated"))
+    }
+
+    /// Arrow schema of a projection.
+    pub fn arrow_schema(cols: &[ColumnRef]) -> SchemaRef {
+        Arc::new(Schema::new(
+            cols.iter()
+                .map(|c| Field::new(&c.name, c.ty.arrow(), c.nullable))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    /// A column's value in an entity: keys as text, Timestamp, ETag, or the
+    /// property — NULL when missing or stored with another type (another
+    /// writer of the same table may have used other types).
+    pub fn value_of(&self, e: &Entity, col: &ColumnRef) -> Option<Value> {
+        match col.role {
+            Role::PartitionKey => Some(Value::String(e.partition_key.clone())),
+            Role::RowKey => Some(Value::String(e.row_key.clone())),
+            Role::Timestamp => Some(Value::DateTime(e.timestamp)),
+            Role::ETag => Some(Value::String(e.etag().0)),
+            Role::Property => e
+                .properties
+                .get(&col.name)
+                .filter(|v| col.ty.accepts(v))
+                .cloned(),
+        }
+    }
+
+    /// Builds the entity for a row given as (column, value) pairs. Key
+    /// columns must be present and non-NULL; system columns are refused;
+    /// columns not mentioned are left out (for Merge: untouched).
+    pub fn entity_write(&self, row: &[(ColumnRef, Option<Value>)]) -> Result<EntityWrite> {
+        let mut pk = None;
+        let mut rk = None;
+        let mut properties = BTreeMap::new();
+        for (col, v) in row {
+            if let Some(v) = v
+                && !col.ty.accepts(v)
+            {
+                return Err(CatalogError::InvalidText {
+                    ty: col.ty.pg_name(),
+                    text: format!("{v:?}"),
+                });
+            }
+            match col.role {
+                Role::PartitionKey | Role::RowKey => {
+                    let text = match v {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(_) => unreachable!("type checked above"),
+                        None => {
+                            return Err(CatalogError::InvalidKey {
+                                reason: format!(
+                                    "null value in column \"{}\": it is the {}, which cannot be NULL",
+                                    col.name,
+                                    if col.role == Role::PartitionKey {
+                                        "PartitionKey"
+                                    } else {
+                                        "RowKey"
+                                    }
+                                ),
+                                hint: "every row needs its key columns; the empty string is a valid key",
+                            });
+                        }
+                    };
+                    if col.role == Role::PartitionKey {
+                        pk = Some(text);
+                    } else {
+                        rk = Some(text);
+                    }
+                }
+                Role::Property => {
+                    if v.is_none() && !col.nullable {
+                        return Err(CatalogError::InvalidKey {
+                            reason: format!(
+                                "null value in column \"{}\" violates not-null constraint",
+                                col.name
+                            ),
+                            hint: "supply a value for every NOT NULL column",
+                        });
+                    }
+                    properties.insert(col.name.clone(), v.clone());
+                }
+                Role::Timestamp | Role::ETag => {
+                    return Err(CatalogError::InvalidColumnName {
+                        column: col.name.clone(),
+                        reason: "it is a read-only system column set by the store".to_owned(),
+                    });
+                }
+            }
+        }
+        let partition_key = pk.ok_or_else(|| CatalogError::InvalidKey {
+            reason: format!(
+                "null value in column \"{}\": it is the PartitionKey, which cannot be NULL",
+                self.partition_key
+            ),
+            hint: "every row needs its key columns; the empty string is a valid key",
+        })?;
+        let row_key = match (&self.row_key, rk) {
+            (None, _) => String::new(),
+            (Some(_), Some(r)) => r,
+            (Some(name), None) => {
+                return Err(CatalogError::InvalidKey {
+                    reason: format!(
+                        "null value in column \"{name}\": it is the RowKey, which cannot be NULL"
+                    ),
+                    hint: "every row needs its key columns; the empty string is a valid key",
+                });
+            }
+        };
+        Ok(EntityWrite {
+            partition_key,
+            row_key,
+            properties,
+        })
+    }
+}
+
+fn check_column_name(name: &str) -> Result<()> {
+    if name == TIMESTAMP_COLUMN || name == ETAG_COLUMN {
+        return Err(CatalogError::InvalidColumnName {
+            column: name.to_owned(),
+            reason: format!("\"{name}\" is a system column every table has (read-only)"),
+        });
+    }
+    limits::check_property_name(name).map_err(|e| CatalogError::InvalidColumnName {
+        column: name.to_owned(),
+        reason: match e {
+            tablegate_store::StoreError::InvalidPropertyName { reason, .. } => reason.to_owned(),
+            other => other.to_string(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(name: &str, ty: SqlType) -> Column {
+        Column {
+            name: name.into(),
+            ty,
+            not_null: false,
+        }
+    }
+
+    fn runners() -> TableDef {
+        TableDef::new(
+            "runners",
+            vec![
+                col("race", SqlType::Text),
+                col("runner", SqlType::Text),
+                col("age", SqlType::Int4),
+            ],
+            &["race".into(), "runner".into()],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn keys_are_text_and_at_most_two() {
+        let t = runners();
+        assert_eq!(t.partition_key_column().role, Role::PartitionKey);
+        assert_eq!(t.row_key_column().unwrap().role, Role::RowKey);
+        let err = TableDef::new("bad", vec![col("id", SqlType::Int4)], &["id".into()]).unwrap_err();
+        assert!(matches!(err, CatalogError::InvalidKey { .. }), "{err}");
+        let err = TableDef::new(
+            "bad",
+            vec![
+                col("a", SqlType::Text),
+                col("b", SqlType::Text),
+                col("c", SqlType::Text),
+            ],
+            &["a".into(), "b".into(), "c".into()],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("at most two"), "{err}");
+        assert!(TableDef::new("bad", vec![col("a", SqlType::Text)], &[]).is_err());
+    }
+
+    #[test]
+    fn system_column_names_clash() {
+        for name in ["timestamp", "etag", "PartitionKey", "rowkey"] {
+            let err = TableDef::new(
+                "bad",
+                vec![col("k", SqlType::Text), col(name, SqlType::Int4)],
+                &["k".into()],
+            )
+            .unwrap_err();
+            assert!(
+                matches!(err, CatalogError::InvalidColumnName { .. }),
+                "{name}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn rows_become_entities_and_back() {
+        let t = runners();
+        let r = |n: &str| t.resolve(n).unwrap();
+        let w = t
+            .entity_write(&[
+                (r("race"), Some(Value::String("NYC".into()))),
+                (r("runner"), Some(Value::String("BIB:1".into()))),
+                (r("age"), None),
+            ])
+            .unwrap();
+        assert_eq!(w.partition_key, "NYC");
+        assert_eq!(w.row_key, "BIB:1");
+        assert_eq!(w.properties["age"], None);
+        let err = t
+            .entity_write(&[
+                (r("race"), None),
+                (r("runner"), Some(Value::String("x".into()))),
+            ])
+            .unwrap_err();
+        assert!(err.to_string().contains("PartitionKey"), "{err}");
+        let err = t
+            .entity_write(&[(
+                r("timestamp"),
+                Some(Value::DateTime(tablegate_store::DateTime(0))),
+            )])
+            .unwrap_err();
+        assert!(err.to_string().contains("read-only"), "{err}");
+        // A property stored with another type reads as NULL.
+        let mut e = Entity {
+            partition_key: "NYC".into(),
+            row_key: "BIB:1".into(),
+            timestamp: tablegate_store::DateTime(0),
+            properties: Default::default(),
+        };
+        e.properties
+            .insert("age".into(), Value::String("old".into()));
+        assert_eq!(t.value_of(&e, &r("age")), None);
+        assert_eq!(
+            t.value_of(&e, &r("race")),
+            Some(Value::String("NYC".into()))
+        );
+        assert_eq!(t.star().len(), 4);
+    }
+}
