@@ -31,6 +31,17 @@ pub struct TableStats {
     pub partitions: u64,
 }
 
+/// What a scan would read, estimated from statistics and bounded probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ScanEstimate {
+    /// Entities the scan would read (scanned, not returned).
+    pub scanned: u64,
+    /// PartitionKeys it would touch.
+    pub partitions: u64,
+    /// Entities in the largest partition it touches.
+    pub largest_partition: u64,
+}
+
 /// Entity count of one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionStats {

@@ -39,7 +39,7 @@ pub mod ops;
 pub mod partition;
 pub mod query;
 
-pub use api::{PartitionStats, TableInfo, TableStats, TableStore};
+pub use api::{PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::Durability;
 pub use entity::{DateTime, ETag, EdmType, Entity, EntityWrite, IfMatch, Timestamp, Value};

@@ -31,7 +31,7 @@ use crate::error::{Result, StoreError};
 use crate::limits;
 use crate::ops::{Effect, OpOutcome, Operation, check_batch};
 use crate::query::{ContinuationToken, Page, PageRequest, Query, Resume};
-use crate::{PartitionStats, TableInfo, TableStats};
+use crate::{PartitionStats, ScanEstimate, TableInfo, TableStats};
 
 const LOCK_STRIPES: usize = 1024;
 const TABLE_KEY_PREFIX: &[u8] = b"table/";
@@ -207,6 +207,64 @@ impl LocalStore {
             return Ok(Some(String::from_utf8_lossy(&rest[..pk_end]).into_owned()));
         }
         Ok(None)
+    }
+
+    /// Estimates what a scan of `query` would read, without reading values:
+    /// partitions wholly inside a span count from statistics; partially
+    /// covered partitions are probed by counting keys, up to `probe_cap`
+    /// entities each (beyond that the partition count is used).
+    pub fn estimate_blocking(&self, table: &str, query: &Query, probe_cap: u64) -> Result<ScanEstimate> {
+        let t = self.inner.table(table)?;
+        let mut est = ScanEstimate::default();
+        for (start, end) in query.byte_ranges(t.id) {
+            // Partitions intersecting [start, end), from the stats keyspace.
+            let pk_of = |k: &[u8]| -> Vec<u8> {
+                let rest = &k[codec::TABLE_PREFIX_LEN..];
+                let n = rest.iter().position(|b| *b <= 1).unwrap_or(rest.len());
+                rest[..n].to_vec()
+            };
+            let lo = [&codec::table_prefix(t.id)[..], &pk_of(&start)].concat();
+            let next_table = codec::table_prefix(t.id + 1).to_vec();
+            let hi = if end >= next_table {
+                Bound::Excluded(next_table)
+            } else {
+                Bound::Included([&codec::table_prefix(t.id)[..], &pk_of(&end)].concat())
+            };
+            let scan = self
+                .inner
+                .engine
+                .scan(Space::Stats, Bound::Included(lo), hi);
+            for kv in scan {
+                let (k, v) = kv?;
+                let pk = decode_stats_pk(&k)?;
+                let count = decode_count(&v)?;
+                let p_start = codec::partition_start(t.id, pk);
+                let p_end = codec::partition_end(t.id, pk);
+                if p_end <= start || p_start >= end {
+                    continue;
+                }
+                let covered = if p_start >= start && p_end <= end {
+                    count
+                } else {
+                    // Partly covered: count keys in the overlap, bounded.
+                    let from = start.clone().max(p_start);
+                    let to = end.clone().min(p_end);
+                    let n = self
+                        .inner
+                        .engine
+                        .scan(Space::Entities, Bound::Included(from), Bound::Excluded(to))
+                        .take(probe_cap as usize)
+                        .count() as u64;
+                    if n >= probe_cap { count.max(n) } else { n }
+                };
+                if covered > 0 {
+                    est.partitions += 1;
+                    est.scanned += covered;
+                    est.largest_partition = est.largest_partition.max(count);
+                }
+            }
+        }
+        Ok(est)
     }
 
     /// Entity and partition counts of a table.

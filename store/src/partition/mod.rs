@@ -419,6 +419,13 @@ impl PartitionedStore {
             .partition_stats_blocking(table, lo, hi, limit)
     }
 
+    /// Estimates what scanning `query` would read (statistics and bounded
+    /// probes; not throttled).
+    pub fn estimate_blocking(&self, table: &str, query: &Query) -> Result<crate::ScanEstimate> {
+        self.shared.check_user_table(table)?;
+        self.shared.store.estimate_blocking(table, query, 10_000)
+    }
+
     /// Splits `table`'s range so that a new range starts at PartitionKey
     /// `at` (same server). No-op if a range already starts there.
     pub fn split_blocking(&self, table: &str, at: &str) -> Result<()> {
