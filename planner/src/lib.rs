@@ -1,7 +1,366 @@
-//! SQL text to plans (issue 4): parse, bind, classify every table access as
-//! point / row-range / partition-range / full-scan, derive key spans and the
-//! residual filter, and render EXPLAIN.
+//! SQL text to plans, and the native path that runs simple key queries.
 //!
-//! Not built yet: this crate only fixes the dependency direction
-//! (planner → catalog).
+//! # The life of a query
+//!
+//! Take `SELECT name, age FROM registrations WHERE race = $1 AND runner >=
+//! 'AGE:030' AND age > 40 LIMIT 10`, sent by a driver as Parse / Bind /
+//! Execute:
+//!
+//! 1. **Wire message → SQL text.** The gateway (pgwire) receives Parse with
+//!    the text and hands it to [`Planner::parse`] (sqlparser, PostgreSQL
+//!    dialect). A syntax error becomes [`PlanError::Syntax`] with the
+//!    character position (SQLSTATE 42601).
+//! 2. **Prepare: bind names and types.** [`Planner::plan`] resolves the
+//!    table in the [`Catalog`] and every column ([`expr::Binder`]):
+//!    `race` is the PartitionKey, `runner` the RowKey, `age` an Int32
+//!    property. Literals take the type of the column they meet (`'AGE:030'`
+//!    is text, `40` an integer), and `$1` is inferred as text because it
+//!    meets the PartitionKey — that is what ParameterDescription reports.
+//!    The route is decided here ([`plan::Route`]): a single table with key
+//!    order, no aggregate, join or sort goes **native**; anything else needs
+//!    the analytics engine (DataFusion, a later issue).
+//! 3. **Bind: parameters in, access classified.** [`plan::SelectPlan::bind`]
+//!    substitutes `$1 = '2026 Boston Marathon__Full'` and calls
+//!    [`keys::Access::from_where`], **where a query is classified**: NOT is
+//!    pushed to the leaves, each predicate becomes a set of
+//!    PartitionKey × RowKey boxes (exact or not), AND intersects, OR unites.
+//!    Here the box is `PartitionKey = '…Full' AND RowKey >= 'AGE:030'`, the
+//!    class is **row-range**, and `age > 40` is the residual filter the
+//!    store evaluates on every scanned entity. A contradiction
+//!    (`race = 'a' AND race = 'b'`) is class *empty*: zero store requests.
+//! 4. **Execute: spans into the store.** [`exec::execute`] sends the spans,
+//!    the residual filter and the projection (`name`, `age`) to the
+//!    partition layer. Points become direct lookups; ranges become a scan
+//!    cut into per-server segments ([`tablegate_store::partition::scan`]).
+//! 5. **The partition scan.** In the store, the request is routed to the
+//!    partition server owning the range, admitted or refused by the
+//!    throttle (refusals are retried with the session's retry policy), and
+//!    served by a page of at most 1,000 entities that ends at the next
+//!    server's range with a continuation token
+//!    ([`tablegate_store::LocalStore`], `local.rs`).
+//! 6. **Pages → Arrow → rows.** Each page becomes one Arrow record batch
+//!    ([`exec::to_batch`]) on a two-batch channel, so memory stays bounded
+//!    whatever the result size; LIMIT 10 stops the scan after ten rows and
+//!    the gateway encodes the batches as DataRows.
+//!
+//! `EXPLAIN` renders step 3 and estimates steps 4–5 from the store's
+//! statistics ([`explain`]); `EXPLAIN ANALYZE` also runs them and reports
+//! what they did.
+
+pub mod ddl;
+pub mod error;
+pub mod exec;
+pub mod explain;
+pub mod expr;
+pub mod keys;
+pub mod plan;
+
+use std::sync::Arc;
+
+use sqlparser::ast::{self, Statement};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+use tablegate_catalog::{Catalog, Column, Created, TableDef};
+use tablegate_store::{PartitionedStore, Value};
+
+pub use error::{PlanError, Result};
+pub use exec::{ExecOptions, RowStream};
+pub use explain::{Actuals, Estimate};
+pub use keys::{Access, AccessClass};
+pub use plan::{BoundSelect, Route, SelectPlan};
 pub use tablegate_catalog as catalog;
+
+/// A planned statement.
+#[derive(Debug, Clone)]
+pub enum Plan {
+    /// A SELECT.
+    Select(Arc<SelectPlan>),
+    /// EXPLAIN [ANALYZE] [FORMAT JSON] of a SELECT.
+    Explain {
+        /// Run it too.
+        analyze: bool,
+        /// JSON instead of text.
+        json: bool,
+        /// The SELECT.
+        select: Arc<SelectPlan>,
+    },
+    /// CREATE TABLE.
+    CreateTable {
+        /// The definition.
+        def: TableDef,
+        /// IF NOT EXISTS.
+        if_not_exists: bool,
+    },
+    /// DROP TABLE.
+    DropTable {
+        /// Tables.
+        names: Vec<String>,
+        /// IF EXISTS.
+        if_exists: bool,
+    },
+    /// ALTER TABLE ADD COLUMN.
+    AddColumn {
+        /// Table.
+        table: String,
+        /// Column.
+        column: Column,
+        /// IF NOT EXISTS.
+        if_not_exists: bool,
+    },
+    /// A statement the planner does not handle (session commands, writes):
+    /// the gateway decides.
+    Other(Box<Statement>),
+}
+
+/// The result of a DDL statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DdlOutcome {
+    /// Command tag (`CREATE TABLE`, `DROP TABLE`, `ALTER TABLE`).
+    pub tag: &'static str,
+    /// A NOTICE to send, if any (`relation "t" already exists, skipping`).
+    pub notice: Option<String>,
+}
+
+/// Catalog and store, ready to plan and run statements.
+#[derive(Debug, Clone)]
+pub struct Planner {
+    catalog: Arc<Catalog>,
+    store: PartitionedStore,
+}
+
+impl Planner {
+    /// Opens the catalog over a partitioned store.
+    pub async fn open(store: PartitionedStore) -> Result<Planner> {
+        let system = Arc::new(store.local().clone());
+        let catalog = Catalog::open(system, Arc::new(store.clone())).await?;
+        Ok(Planner {
+            catalog: Arc::new(catalog),
+            store,
+        })
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// The store.
+    pub fn store(&self) -> &PartitionedStore {
+        &self.store
+    }
+
+    /// Parses SQL text (PostgreSQL dialect) into statements.
+    pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+        Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
+            let message = e.to_string();
+            let position = parse_position(sql, &message);
+            let message = message
+                .trim_start_matches("sql parser error: ")
+                .split(" at Line: ")
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            PlanError::Syntax { message, position }
+        })
+    }
+
+    /// Plans one statement (prepare time: names, types, route).
+    pub fn plan(&self, stmt: &Statement, sql: &str) -> Result<Plan> {
+        Ok(match stmt {
+            Statement::Query(q) => Plan::Select(Arc::new(plan::plan_query(&self.catalog, q, sql)?)),
+            Statement::Explain {
+                analyze,
+                statement,
+                format,
+                options,
+                ..
+            } => {
+                let mut analyze = *analyze;
+                let mut json = matches!(
+                    format,
+                    Some(ast::AnalyzeFormatKind::Keyword(ast::AnalyzeFormat::JSON))
+                        | Some(ast::AnalyzeFormatKind::Assignment(ast::AnalyzeFormat::JSON))
+                );
+                for o in options.iter().flatten() {
+                    let name = o.name.value.to_ascii_lowercase();
+                    let arg = o.arg.as_ref().map(|a| a.to_string().to_ascii_lowercase());
+                    match (name.as_str(), arg.as_deref()) {
+                        ("analyze", None | Some("true" | "on" | "1")) => analyze = true,
+                        ("analyze", Some(_)) => analyze = false,
+                        ("format", Some("json")) => json = true,
+                        ("format", Some("text")) => json = false,
+                        ("format", Some(f)) => {
+                            return Err(PlanError::Unsupported {
+                                feature: format!("EXPLAIN format {f}"),
+                                hint: "use FORMAT TEXT or FORMAT JSON".into(),
+                            });
+                        }
+                        _ => {}
+                    }
+                }
+                match &**statement {
+                    Statement::Query(q) => Plan::Explain {
+                        analyze,
+                        json,
+                        select: Arc::new(plan::plan_query(&self.catalog, q, sql)?),
+                    },
+                    other => {
+                        return Err(PlanError::Unsupported {
+                            feature: format!(
+                                "EXPLAIN of {}",
+                                other.to_string().split_whitespace().next().unwrap_or("")
+                            ),
+                            hint: "EXPLAIN a SELECT".into(),
+                        });
+                    }
+                }
+            }
+            Statement::CreateTable(ct) => {
+                let (def, if_not_exists) = ddl::create_table(ct)?;
+                Plan::CreateTable { def, if_not_exists }
+            }
+            Statement::Drop {
+                object_type: ast::ObjectType::Table,
+                if_exists,
+                names,
+                ..
+            } => Plan::DropTable {
+                names: ddl::drop_tables(names)?,
+                if_exists: *if_exists,
+            },
+            Statement::AlterTable(at) => {
+                let (table, column, if_not_exists) = ddl::alter_table(at)?;
+                Plan::AddColumn {
+                    table,
+                    column,
+                    if_not_exists,
+                }
+            }
+            other => Plan::Other(Box::new(other.clone())),
+        })
+    }
+
+    /// Runs a DDL plan.
+    pub async fn run_ddl(&self, plan: &Plan) -> Result<DdlOutcome> {
+        match plan {
+            Plan::CreateTable { def, if_not_exists } => {
+                let created = self
+                    .catalog
+                    .create_table(def.clone(), *if_not_exists)
+                    .await?;
+                Ok(DdlOutcome {
+                    tag: "CREATE TABLE",
+                    notice: (created == Created::AlreadyExisted)
+                        .then(|| format!("relation \"{}\" already exists, skipping", def.name)),
+                })
+            }
+            Plan::DropTable { names, if_exists } => {
+                // PostgreSQL checks every name before dropping any.
+                if !*if_exists {
+                    for n in names {
+                        self.catalog.table(n).map_err(|_| PlanError::UnknownTable {
+                            name: n.clone(),
+                            position: None,
+                        })?;
+                    }
+                }
+                let mut missing = Vec::new();
+                for n in names {
+                    if !self.catalog.drop_table(n, *if_exists).await? {
+                        missing.push(n.clone());
+                    }
+                }
+                Ok(DdlOutcome {
+                    tag: "DROP TABLE",
+                    notice: missing
+                        .first()
+                        .map(|n| format!("table \"{n}\" does not exist, skipping")),
+                })
+            }
+            Plan::AddColumn {
+                table,
+                column,
+                if_not_exists,
+            } => {
+                let added = self
+                    .catalog
+                    .add_column(table, column.clone(), *if_not_exists)
+                    .await?;
+                Ok(DdlOutcome {
+                    tag: "ALTER TABLE",
+                    notice: (!added).then(|| {
+                        format!(
+                            "column \"{}\" of relation \"{table}\" already exists, skipping",
+                            column.name
+                        )
+                    }),
+                })
+            }
+            _ => Err(PlanError::Unsupported {
+                feature: "this statement as DDL".into(),
+                hint: String::new(),
+            }),
+        }
+    }
+
+    /// Binds and starts a SELECT on the native path.
+    pub fn execute(
+        &self,
+        select: &Arc<SelectPlan>,
+        params: &[Option<Value>],
+        opts: &ExecOptions,
+    ) -> Result<RowStream> {
+        let bound = select.bind(params)?;
+        exec::execute(&self.store, &bound, opts)
+    }
+
+    /// EXPLAIN [ANALYZE]: the plan as text lines or one JSON document.
+    pub async fn explain(
+        &self,
+        select: &Arc<SelectPlan>,
+        params: &[Option<Value>],
+        analyze: bool,
+        json: bool,
+        opts: &ExecOptions,
+    ) -> Result<Vec<String>> {
+        let bound = select.bind(params)?;
+        let est = {
+            let (store, b, page) = (self.store.clone(), bound.clone(), opts.page_size);
+            tokio::task::spawn_blocking(move || explain::estimate(&store, &b, page))
+                .await
+                .map_err(|e| {
+                    PlanError::Store(tablegate_store::StoreError::Engine(e.to_string()))
+                })??
+        };
+        let actual = if analyze {
+            let (_, actuals) = exec::execute(&self.store, &bound, opts)?.collect().await?;
+            Some(actuals)
+        } else {
+            None
+        };
+        Ok(if json {
+            vec![
+                serde_json::to_string_pretty(&explain::render_json(&bound, &est, actual.as_ref()))
+                    .unwrap_or_default(),
+            ]
+        } else {
+            explain::render_text(&bound, &est, actual.as_ref())
+        })
+    }
+}
+
+/// The 1-based character position in `sql` of a sqlparser error message's
+/// `Line: l, Column: c`.
+fn parse_position(sql: &str, message: &str) -> Option<usize> {
+    let rest = message.split("Line: ").nth(1)?;
+    let mut it = rest.split(", Column: ");
+    let line: u64 = it.next()?.trim().parse().ok()?;
+    let column: u64 = it
+        .next()?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()?;
+    expr::char_position(sql, sqlparser::tokenizer::Location { line, column })
+}

@@ -419,6 +419,20 @@ impl PartitionedStore {
             .partition_stats_blocking(table, lo, hi, limit)
     }
 
+    /// `table`'s range partitions as (lower bound, upper bound, server),
+    /// without statistics (cheap; for planning).
+    pub fn layout(&self, table: &str) -> Result<Vec<(String, Option<String>, usize)>> {
+        let lower = self.shared.check_user_table(table)?;
+        let maps = self.shared.maps.read();
+        let map = maps.get(&lower).expect("checked");
+        Ok(map
+            .ranges
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.lo.clone(), map.hi(i).map(str::to_owned), r.server))
+            .collect())
+    }
+
     /// Estimates what scanning `query` would read (statistics and bounded
     /// probes; not throttled).
     pub fn estimate_blocking(&self, table: &str, query: &Query) -> Result<crate::ScanEstimate> {

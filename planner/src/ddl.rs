@@ -1,0 +1,130 @@
+//! DDL: CREATE TABLE, DROP TABLE, ALTER TABLE ADD COLUMN, from sqlparser
+//! statements to catalog definitions.
+
+use sqlparser::ast::{self, ColumnOption, TableConstraint};
+use tablegate_catalog::{Column, SqlType, TableDef};
+
+use crate::error::{PlanError, Result};
+use crate::expr::fold;
+
+fn object_name(n: &ast::ObjectName) -> Result<String> {
+    match n.0.last().and_then(|p| p.as_ident()) {
+        Some(i) => Ok(fold(i)),
+        None => Err(PlanError::Unsupported {
+            feature: format!("object name {n}"),
+            hint: "use a plain table name".into(),
+        }),
+    }
+}
+
+/// One column definition.
+pub fn column(c: &ast::ColumnDef) -> Result<(Column, bool)> {
+    let ty = SqlType::parse(&c.data_type.to_string())?;
+    let mut not_null = false;
+    let mut primary = false;
+    for o in &c.options {
+        match &o.option {
+            ColumnOption::NotNull => not_null = true,
+            ColumnOption::Null => {}
+            ColumnOption::PrimaryKey(_) => primary = true,
+            other => {
+                return Err(PlanError::Unsupported {
+                    feature: format!("column option {other}"),
+                    hint: "the store keeps NOT NULL and PRIMARY KEY; defaults, checks, uniqueness and foreign keys are the application's".into(),
+                });
+            }
+        }
+    }
+    Ok((
+        Column {
+            name: fold(&c.name),
+            ty,
+            not_null,
+        },
+        primary,
+    ))
+}
+
+/// `CREATE TABLE name (...)` → definition and IF NOT EXISTS.
+pub fn create_table(ct: &ast::CreateTable) -> Result<(TableDef, bool)> {
+    let name = object_name(&ct.name)?;
+    let mut columns = Vec::new();
+    let mut key = Vec::new();
+    for c in &ct.columns {
+        let (col, primary) = column(c)?;
+        if primary {
+            key.push(col.name.clone());
+        }
+        columns.push(col);
+    }
+    for tc in &ct.constraints {
+        match tc {
+            TableConstraint::PrimaryKey(pk) => {
+                if !key.is_empty() {
+                    return Err(PlanError::Unsupported {
+                        feature: "two primary keys".into(),
+                        hint: "declare PRIMARY KEY once".into(),
+                    });
+                }
+                for ic in &pk.columns {
+                    match &ic.column.expr {
+                        ast::Expr::Identifier(i) => key.push(fold(i)),
+                        other => {
+                            return Err(PlanError::Unsupported {
+                                feature: format!("primary key expression {other}"),
+                                hint: "name the key columns".into(),
+                            });
+                        }
+                    }
+                }
+            }
+            other => {
+                return Err(PlanError::Unsupported {
+                    feature: format!("constraint {other}"),
+                    hint: "only PRIMARY KEY (partition_key [, row_key]) is kept by the store"
+                        .into(),
+                });
+            }
+        }
+    }
+    Ok((TableDef::new(&name, columns, &key)?, ct.if_not_exists))
+}
+
+/// `DROP TABLE [IF EXISTS] a, b`.
+pub fn drop_tables(names: &[ast::ObjectName]) -> Result<Vec<String>> {
+    names.iter().map(object_name).collect()
+}
+
+/// `ALTER TABLE t ADD COLUMN c type` → (table, column, IF NOT EXISTS).
+pub fn alter_table(at: &ast::AlterTable) -> Result<(String, Column, bool)> {
+    let table = object_name(&at.name)?;
+    match at.operations.as_slice() {
+        [
+            ast::AlterTableOperation::AddColumn {
+                if_not_exists,
+                column_def,
+                ..
+            },
+        ] => {
+            let (col, primary) = column(column_def)?;
+            if primary || col.not_null {
+                return Err(PlanError::Unsupported {
+                    feature: "ADD COLUMN ... PRIMARY KEY / NOT NULL".into(),
+                    hint: "keys are fixed at CREATE TABLE; an added column is nullable because existing rows lack it".into(),
+                });
+            }
+            Ok((table, col, *if_not_exists))
+        }
+        _ => Err(PlanError::Unsupported {
+            feature: format!(
+                "ALTER TABLE {}",
+                at.operations
+                    .iter()
+                    .map(|o| o.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            hint: "ALTER TABLE supports ADD COLUMN".into(),
+        }),
+    }
+}

@@ -1,0 +1,419 @@
+//! EXPLAIN: what a table access will cost, estimated from the store's
+//! statistics before running it, and (ANALYZE) what it did cost.
+//!
+//! Estimates: entities scanned come from per-partition counts plus bounded
+//! key probes of partly covered partitions (the store's estimator); returned
+//! applies the residual filter's selectivity; pages are 1,000 returned per
+//! page per server segment; the minimum time is what the scan costs at the
+//! throttling targets (2,000/s for one partition, 10,000/s per server and
+//! 20,000/s for the account).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::json;
+use tablegate_store::partition::Targets;
+use tablegate_store::{PartitionedStore, Query};
+
+use crate::error::Result;
+use crate::keys::{AccessClass, equality_columns, render_spans, selectivity};
+use crate::plan::{BoundSelect, Route};
+
+/// A partition bigger than this gets the "very large partition" advice.
+pub const LARGE_PARTITION: u64 = 100_000;
+/// Returned/scanned below this is "low density".
+pub const LOW_DENSITY: f64 = 0.1;
+
+/// Estimated cost of one table access.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Estimate {
+    /// PartitionKeys touched.
+    pub partitions: u64,
+    /// Range partitions touched.
+    pub range_partitions: u64,
+    /// Partition servers touched.
+    pub servers: BTreeSet<usize>,
+    /// Entities the store reads.
+    pub scanned: u64,
+    /// Entities expected back.
+    pub returned: u64,
+    /// Store requests (pages, or point lookups).
+    pub requests: u64,
+    /// Pages (1,000 per page, plus one per server segment).
+    pub pages: u64,
+    /// The fastest the access can run at the throttling targets.
+    pub min_time: Duration,
+    /// Entities in the largest partition touched.
+    pub largest_partition: u64,
+}
+
+impl Estimate {
+    /// returned / scanned (1 when nothing is scanned).
+    pub fn density(&self) -> f64 {
+        if self.scanned == 0 {
+            1.0
+        } else {
+            self.returned as f64 / self.scanned as f64
+        }
+    }
+}
+
+/// What an executed access actually did (EXPLAIN ANALYZE).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Actuals {
+    /// Entities the store read.
+    pub scanned: u64,
+    /// Rows returned.
+    pub returned: u64,
+    /// Pages read.
+    pub pages: u64,
+    /// Point lookups made.
+    pub lookups: u64,
+    /// Continuation tokens followed.
+    pub tokens_followed: u64,
+    /// Servers that served pages.
+    pub servers: BTreeSet<usize>,
+    /// Throttled retries.
+    pub retries: u32,
+    /// Time spent backing off.
+    pub backoff: Duration,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// The store query a bound access sends (spans, filter, projection).
+pub fn store_query(b: &BoundSelect) -> Query {
+    let mut projection = b.plan.store_projection();
+    if let Some(f) = &b.access.filter {
+        f.properties(&mut projection);
+    }
+    Query {
+        spans: b.access.spans.clone(),
+        filter: b.access.filter.clone(),
+        projection: Some(projection),
+    }
+}
+
+/// Estimates a bound access against the store's statistics.
+pub fn estimate(store: &PartitionedStore, b: &BoundSelect, page_size: usize) -> Result<Estimate> {
+    let table = &b.plan.table.name;
+    let access = &b.access;
+    if access.class == AccessClass::Empty {
+        return Ok(Estimate::default());
+    }
+    let sel = access.residual.as_ref().map_or(1.0, selectivity);
+    // Boxes spanning several partitions with a RowKey condition read whole
+    // partitions; assume a third of the rows pass the RowKey condition.
+    let rk_sel = if b.plan.table.row_key.is_some()
+        && access
+            .spans
+            .iter()
+            .any(|s| s.pk.as_point().is_none() && s.rk != tablegate_store::KeyInterval::all())
+    {
+        1.0 / 3.0
+    } else {
+        1.0
+    };
+    let query = store_query(b);
+    let layout = store.layout(table)?;
+    let mut est = Estimate::default();
+    if access.class == AccessClass::Point {
+        let e = store.estimate_blocking(table, &query)?;
+        est.scanned = e.scanned;
+        est.partitions = e.partitions;
+        est.largest_partition = e.largest_partition;
+        est.requests = access.spans.len() as u64;
+        est.returned = (e.scanned as f64 * sel).round() as u64;
+        for s in &access.spans {
+            let pk = s.pk.as_point().unwrap_or_default();
+            let i = layout
+                .partition_point(|(lo, _, _)| lo.as_str() <= pk)
+                .saturating_sub(1);
+            est.servers.insert(layout[i].2);
+        }
+        est.range_partitions = est.servers.len() as u64;
+    } else {
+        for seg in store.segments(table, &query)? {
+            let e = store.estimate_blocking(table, &seg.query)?;
+            let returned = (e.scanned as f64 * sel * rk_sel).round() as u64;
+            est.scanned += e.scanned;
+            est.returned += returned;
+            est.partitions += e.partitions;
+            est.largest_partition = est.largest_partition.max(e.largest_partition);
+            est.pages += returned.div_ceil(page_size as u64).max(1);
+            est.servers.insert(seg.server);
+            est.range_partitions += layout
+                .iter()
+                .filter(|(lo, hi, _)| {
+                    lo.as_str() < seg.hi.as_deref().unwrap_or("\u{10FFFF}\u{10FFFF}")
+                        && hi.as_deref().is_none_or(|h| h > seg.lo.as_str())
+                })
+                .count() as u64;
+        }
+        est.requests = est.pages;
+    }
+    // LIMIT stops the scan early when nothing else needs the rest.
+    if let Some(limit) = b.limit {
+        let wanted = limit + b.offset;
+        if wanted < est.returned && b.plan.route == Route::Native {
+            let f = wanted as f64 / est.returned as f64;
+            est.scanned = ((est.scanned as f64 * f).ceil() as u64).max(wanted);
+            est.returned = wanted;
+            est.pages = est.returned.div_ceil(page_size as u64).max(1);
+            est.requests = est.pages;
+        }
+    }
+    if b.limit.is_some() {
+        est.returned = est.returned.min(b.limit.unwrap_or(u64::MAX));
+    }
+    est.min_time = min_time(&est, access.class, &Targets::default());
+    Ok(est)
+}
+
+/// The fastest the access can go at the targets.
+fn min_time(est: &Estimate, class: AccessClass, t: &Targets) -> Duration {
+    let secs = match class {
+        AccessClass::Empty => 0.0,
+        AccessClass::Point | AccessClass::RowRange if est.partitions <= 1 => {
+            est.scanned.max(est.requests) as f64 / t.per_partition as f64
+        }
+        _ => {
+            let per_server =
+                est.scanned as f64 / est.servers.len().max(1) as f64 / t.per_server as f64;
+            (est.scanned as f64 / t.per_account as f64).max(per_server)
+        }
+    };
+    Duration::from_secs_f64(secs)
+}
+
+/// Advice for an access, in the seeds' terms.
+pub fn advice(b: &BoundSelect, est: &Estimate) -> Vec<String> {
+    let mut out = Vec::new();
+    let access = &b.access;
+    let table = &b.plan.table;
+    if access.class == AccessClass::FullScan {
+        let rk_only = table.row_key.is_some()
+            && access
+                .spans
+                .iter()
+                .any(|s| s.rk != tablegate_store::KeyInterval::all());
+        if rk_only {
+            out.push(format!(
+                "A RowKey condition without a PartitionKey condition still reads every partition: add {} = … (or IN (…)) to make this a point or row-range query.",
+                table.partition_key
+            ));
+        }
+        let mut eq = Vec::new();
+        if let Some(r) = &access.residual {
+            equality_columns(r, &mut eq);
+        }
+        if let Some(col) = eq.first() {
+            out.push(format!(
+                "Full scan filtered on {col}: if this query is frequent, {col} would make a better PartitionKey (or key a second copy of each row by it, the seeds' duplicate-row pattern), turning it into a point or row-range query."
+            ));
+        } else if !rk_only {
+            out.push(format!(
+                "Full scan: every entity of {} is read ({} entities). Add a condition on {} to read fewer partitions.",
+                table.name, est.scanned, table.partition_key
+            ));
+        }
+    }
+    if est.scanned >= 100 && est.density() < LOW_DENSITY {
+        out.push(format!(
+            "Low density: reads {} entities to return about {} ({:.1}%). Throttling counts every entity read.",
+            est.scanned,
+            est.returned,
+            est.density() * 100.0
+        ));
+    }
+    if est.largest_partition > LARGE_PARTITION
+        && matches!(
+            access.class,
+            AccessClass::RowRange | AccessClass::PartitionRange
+        )
+    {
+        out.push(format!(
+            "Very large partition: {} entities in one PartitionKey; a scan of it takes at least {:.0} s at the 2,000 entities/s partition target. Spread the data over more PartitionKeys.",
+            est.largest_partition,
+            est.largest_partition as f64 / 2_000.0
+        ));
+    }
+    if matches!(
+        access.class,
+        AccessClass::RowRange | AccessClass::PartitionRange | AccessClass::FullScan
+    ) && let Some(r) = &access.residual
+    {
+        let mut props = Vec::new();
+        property_columns(r, &mut props);
+        if let Some(p) = props.first()
+            && access.class != AccessClass::FullScan
+        {
+            let tag: String = p.to_uppercase().chars().take(3).collect();
+            out.push(format!(
+                "Filtering on {p} reads every row of the span. The seeds' duplicate-row pattern writes each entity a second time, in the same entity-group transaction, under a RowKey such as '{tag}:<{p}>__<rowkey>' (like BIB: and AGE: rows); a RowKey range on '{tag}:' then finds rows by {p} directly."
+            ));
+        }
+    }
+    out
+}
+
+fn property_columns(e: &crate::expr::BExpr, out: &mut Vec<String>) {
+    use crate::expr::BExpr;
+    match e {
+        BExpr::And(v) | BExpr::Or(v) => v.iter().for_each(|x| property_columns(x, out)),
+        BExpr::Cmp(a, ..) | BExpr::Between { expr: a, .. } | BExpr::InList { expr: a, .. } => {
+            if let BExpr::Column(c) = &**a
+                && c.role == tablegate_catalog::Role::Property
+                && !out.contains(&c.name)
+            {
+                out.push(c.name.clone());
+            }
+        }
+        _ => {}
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 0.001 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.0} µs", s * 1e6)
+    }
+}
+
+/// EXPLAIN in text form, one line per row of the result.
+pub fn render_text(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) -> Vec<String> {
+    let a = &b.access;
+    let mut l = Vec::new();
+    l.push(format!("Store Scan on {}", b.plan.table.name));
+    l.push(format!(
+        "  Class: {} ({})",
+        a.class.name(),
+        a.class.rating()
+    ));
+    l.push(match &b.plan.route {
+        Route::Native => "  Route: native (key spans and filter pushed into the store)".to_owned(),
+        Route::Engine(why) => format!("  Route: analytics engine, for {why}"),
+    });
+    if a.class == AccessClass::Empty {
+        l.push("  Key spans: none (contradiction: zero store requests)".to_owned());
+    } else {
+        l.push("  Key spans (pushed to the store):".to_owned());
+        for s in render_spans(&a.spans) {
+            l.push(format!("    {s}"));
+        }
+    }
+    if let Some(r) = &a.residual {
+        if a.residual_needs_engine {
+            l.push(format!(
+                "  Residual filter (not pushable: evaluated after the scan): {r}"
+            ));
+        } else {
+            l.push(format!(
+                "  Residual filter (evaluated in the store; rows it rejects are still scanned): {r}"
+            ));
+        }
+    }
+    let cols: Vec<&str> = b.plan.columns.iter().map(|c| c.name.as_str()).collect();
+    l.push(format!("  Projection: {}", cols.join(", ")));
+    if let Some(n) = b.limit {
+        l.push(format!(
+            "  Limit: {n}{}",
+            if b.offset > 0 {
+                format!(" offset {}", b.offset)
+            } else {
+                String::new()
+            }
+        ));
+    } else if b.offset > 0 {
+        l.push(format!("  Offset: {}", b.offset));
+    }
+    l.push(format!(
+        "  Estimated: partitions {}, range partitions {}, servers {}",
+        est.partitions,
+        est.range_partitions,
+        est.servers.len()
+    ));
+    l.push(format!(
+        "  Estimated: entities scanned {}, returned {} (density {:.0}%)",
+        est.scanned,
+        est.returned,
+        est.density() * 100.0
+    ));
+    l.push(format!(
+        "  Estimated: store requests {}, pages {}",
+        est.requests, est.pages
+    ));
+    l.push(format!(
+        "  Minimum time at the throttling targets: {}",
+        fmt_duration(est.min_time)
+    ));
+    if let Some(x) = actual {
+        l.push(format!(
+            "  Actual: entities scanned {}, returned {}, pages {}, point lookups {}, continuation tokens followed {}, servers {}",
+            x.scanned,
+            x.returned,
+            x.pages,
+            x.lookups,
+            x.tokens_followed,
+            x.servers.len()
+        ));
+        l.push(format!(
+            "  Actual: throttled retries {} ({} backing off), elapsed {}",
+            x.retries,
+            fmt_duration(x.backoff),
+            fmt_duration(x.elapsed)
+        ));
+    }
+    let adv = advice(b, est);
+    if !adv.is_empty() {
+        l.push("  Advice:".to_owned());
+        for a in adv {
+            l.push(format!("    - {a}"));
+        }
+    }
+    l
+}
+
+/// EXPLAIN (FORMAT JSON): the same facts as a JSON document.
+pub fn render_json(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) -> serde_json::Value {
+    let a = &b.access;
+    let mut v = json!({
+        "Node Type": "Store Scan",
+        "Relation Name": b.plan.table.name,
+        "Class": a.class.name(),
+        "Rating": a.class.rating(),
+        "Route": match &b.plan.route { Route::Native => "native".to_owned(), Route::Engine(w) => format!("analytics engine: {w}") },
+        "Key Spans": render_spans(&a.spans),
+        "Residual Filter": a.residual.as_ref().map(|r| r.to_string()),
+        "Residual Pushed": a.residual.is_some() && !a.residual_needs_engine,
+        "Projection": b.plan.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+        "Limit": b.limit,
+        "Offset": b.offset,
+        "Estimated Partitions": est.partitions,
+        "Estimated Range Partitions": est.range_partitions,
+        "Estimated Servers": est.servers.len(),
+        "Estimated Entities Scanned": est.scanned,
+        "Estimated Entities Returned": est.returned,
+        "Estimated Density": (est.density() * 1000.0).round() / 1000.0,
+        "Estimated Store Requests": est.requests,
+        "Estimated Pages": est.pages,
+        "Minimum Seconds At Targets": (est.min_time.as_secs_f64() * 1e6).round() / 1e6,
+        "Advice": advice(b, est),
+    });
+    if let Some(x) = actual {
+        v["Actual Entities Scanned"] = json!(x.scanned);
+        v["Actual Entities Returned"] = json!(x.returned);
+        v["Actual Pages"] = json!(x.pages);
+        v["Actual Point Lookups"] = json!(x.lookups);
+        v["Actual Continuation Tokens Followed"] = json!(x.tokens_followed);
+        v["Actual Servers"] = json!(x.servers.len());
+        v["Actual Throttled Retries"] = json!(x.retries);
+        v["Actual Backoff Seconds"] = json!(x.backoff.as_secs_f64());
+        v["Actual Elapsed Seconds"] = json!(x.elapsed.as_secs_f64());
+    }
+    json!([{ "Plan": v }])
+}

@@ -1,0 +1,958 @@
+//! **Where a query is classified.** From a bound WHERE clause to the store's
+//! key spans, the residual filter and the access class.
+//!
+//! 1. [`nnf`] pushes NOT down to the leaves (`NOT (a < 1)` → `a >= 1`,
+//!    De Morgan), so every leaf can be read positively. SQL's three-valued
+//!    logic survives: `NOT (x = 1)` and `x <> 1` are both unknown when x is
+//!    NULL.
+//! 2. [`derive`] maps each subexpression to a [`KeySet`] — a union of
+//!    PartitionKey × RowKey boxes containing every row the expression can
+//!    select — and says whether the set is *exact* (the expression holds on
+//!    every key in it). Key comparisons, BETWEEN, IN, prefix LIKE and row
+//!    values give exact sets; anything else is "all keys, inexact". AND
+//!    intersects, OR unites.
+//! 3. [`Access::from_where`] keeps the exact top-level conjuncts in the spans
+//!    only and turns the rest into the residual filter the store evaluates.
+//!    An empty key set is a contradiction: zero store requests.
+//! 4. [`AccessClass::of`] names the shape: point, row-range, partition-range,
+//!    full scan.
+
+use std::ops::Bound;
+
+use tablegate_catalog::{Role, TableDef};
+use tablegate_store::{CmpOp, Field, Filter, KeyBox, KeyInterval, Value};
+
+use crate::expr::BExpr;
+
+/// More boxes than this and the planner stops splitting hairs: the span
+/// becomes the hull of the boxes (still correct, less precise).
+const MAX_BOXES: usize = 1024;
+
+/// The access classes, best first, with the seeds' ratings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AccessClass {
+    /// The predicate is a contradiction: nothing to read.
+    Empty,
+    /// PartitionKey = c AND RowKey = c (or several such points).
+    Point,
+    /// One PartitionKey, a RowKey range or none.
+    RowRange,
+    /// A PartitionKey range, list or prefix.
+    PartitionRange,
+    /// No usable PartitionKey predicate.
+    FullScan,
+}
+
+impl AccessClass {
+    /// Name as EXPLAIN shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessClass::Empty => "empty",
+            AccessClass::Point => "point",
+            AccessClass::RowRange => "row-range",
+            AccessClass::PartitionRange => "partition-range",
+            AccessClass::FullScan => "full-scan",
+        }
+    }
+
+    /// The seeds' rating.
+    pub fn rating(self) -> &'static str {
+        match self {
+            AccessClass::Empty => "free: the predicate is a contradiction, no store request",
+            AccessClass::Point => "excellent: a direct lookup of each entity",
+            AccessClass::RowRange => {
+                "good with small partitions, poor with very large ones: one partition, one server"
+            }
+            AccessClass::PartitionRange => {
+                "good with few partition servers touched, worse with more: several partitions"
+            }
+            AccessClass::FullScan => "worst: every entity of the table is read",
+        }
+    }
+
+    /// Classifies key spans.
+    pub fn of(spans: &[KeyBox]) -> AccessClass {
+        if spans.is_empty() {
+            return AccessClass::Empty;
+        }
+        if spans
+            .iter()
+            .all(|b| b.pk.as_point().is_some() && b.rk.as_point().is_some())
+        {
+            return AccessClass::Point;
+        }
+        let first = spans[0].pk.as_point();
+        if first.is_some() && spans.iter().all(|b| b.pk.as_point() == first) {
+            return AccessClass::RowRange;
+        }
+        if spans
+            .iter()
+            .any(|b| matches!((&b.pk.lo, &b.pk.hi), (Bound::Unbounded, Bound::Unbounded)))
+        {
+            return AccessClass::FullScan;
+        }
+        AccessClass::PartitionRange
+    }
+}
+
+/// A union of key boxes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeySet {
+    /// The boxes; empty means no key.
+    pub boxes: Vec<KeyBox>,
+}
+
+fn lo_max(a: &Bound<String>, b: &Bound<String>) -> Bound<String> {
+    match (a, b) {
+        (Bound::Unbounded, x) | (x, Bound::Unbounded) => x.clone(),
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            if x > y {
+                a.clone()
+            } else if y > x {
+                b.clone()
+            } else if matches!(a, Bound::Excluded(_)) {
+                a.clone()
+            } else {
+                b.clone()
+            }
+        }
+    }
+}
+
+fn hi_min(a: &Bound<String>, b: &Bound<String>) -> Bound<String> {
+    match (a, b) {
+        (Bound::Unbounded, x) | (x, Bound::Unbounded) => x.clone(),
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            if x < y {
+                a.clone()
+            } else if y < x {
+                b.clone()
+            } else if matches!(a, Bound::Excluded(_)) {
+                a.clone()
+            } else {
+                b.clone()
+            }
+        }
+    }
+}
+
+fn lo_min(a: &Bound<String>, b: &Bound<String>) -> Bound<String> {
+    if lo_max(a, b) == *a {
+        b.clone()
+    } else {
+        a.clone()
+    }
+}
+
+fn hi_max(a: &Bound<String>, b: &Bound<String>) -> Bound<String> {
+    if hi_min(a, b) == *a {
+        b.clone()
+    } else {
+        a.clone()
+    }
+}
+
+fn intersect(a: &KeyInterval, b: &KeyInterval) -> KeyInterval {
+    KeyInterval::new(lo_max(&a.lo, &b.lo), hi_min(&a.hi, &b.hi))
+}
+
+/// Do two intervals overlap or touch, so that their union is an interval?
+fn joinable(a: &KeyInterval, b: &KeyInterval) -> bool {
+    let touches = |hi: &Bound<String>, lo: &Bound<String>| match (hi, lo) {
+        (Bound::Unbounded, _) | (_, Bound::Unbounded) => true,
+        (Bound::Included(h), Bound::Included(l)) => h >= l,
+        (Bound::Included(h), Bound::Excluded(l)) | (Bound::Excluded(h), Bound::Included(l)) => {
+            h >= l
+        }
+        (Bound::Excluded(h), Bound::Excluded(l)) => h > l,
+    };
+    touches(&a.hi, &b.lo) && touches(&b.hi, &a.lo)
+}
+
+fn interval_for(op: CmpOp, v: &str) -> Vec<KeyInterval> {
+    let s = v.to_owned();
+    match op {
+        CmpOp::Eq => vec![KeyInterval::point(s)],
+        CmpOp::Lt => vec![KeyInterval::new(Bound::Unbounded, Bound::Excluded(s))],
+        CmpOp::Le => vec![KeyInterval::new(Bound::Unbounded, Bound::Included(s))],
+        CmpOp::Gt => vec![KeyInterval::new(Bound::Excluded(s), Bound::Unbounded)],
+        CmpOp::Ge => vec![KeyInterval::new(Bound::Included(s), Bound::Unbounded)],
+        CmpOp::Ne => vec![
+            KeyInterval::new(Bound::Unbounded, Bound::Excluded(s.clone())),
+            KeyInterval::new(Bound::Excluded(s), Bound::Unbounded),
+        ],
+    }
+}
+
+impl KeySet {
+    /// Every key.
+    pub fn all() -> Self {
+        KeySet {
+            boxes: vec![KeyBox::all()],
+        }
+    }
+
+    /// No key.
+    pub fn none() -> Self {
+        KeySet { boxes: Vec::new() }
+    }
+
+    fn on(role: Role, intervals: Vec<KeyInterval>) -> Self {
+        let mut s = KeySet {
+            boxes: intervals
+                .into_iter()
+                .map(|i| match role {
+                    Role::PartitionKey => KeyBox {
+                        pk: i,
+                        rk: KeyInterval::all(),
+                    },
+                    _ => KeyBox {
+                        pk: KeyInterval::all(),
+                        rk: i,
+                    },
+                })
+                .collect(),
+        };
+        s.normalize();
+        s
+    }
+
+    /// True when the set is every key.
+    pub fn is_all(&self) -> bool {
+        self.boxes.iter().any(|b| b == &KeyBox::all())
+    }
+
+    /// Set intersection.
+    pub fn and(&self, other: &KeySet) -> KeySet {
+        let mut boxes = Vec::new();
+        for a in &self.boxes {
+            for b in &other.boxes {
+                let x = KeyBox {
+                    pk: intersect(&a.pk, &b.pk),
+                    rk: intersect(&a.rk, &b.rk),
+                };
+                if !x.pk.is_empty() && !x.rk.is_empty() {
+                    boxes.push(x);
+                }
+            }
+        }
+        let mut s = KeySet { boxes };
+        s.normalize();
+        s
+    }
+
+    /// Set union.
+    pub fn or(&self, other: &KeySet) -> KeySet {
+        let mut boxes = self.boxes.clone();
+        boxes.extend(other.boxes.iter().cloned());
+        let mut s = KeySet { boxes };
+        s.normalize();
+        s
+    }
+
+    /// Drops empty and duplicate boxes, merges boxes that differ in one
+    /// dimension only where their union is one box, and caps the count.
+    pub fn normalize(&mut self) {
+        self.boxes.retain(|b| !b.pk.is_empty() && !b.rk.is_empty());
+        if self.is_all() {
+            self.boxes = vec![KeyBox::all()];
+            return;
+        }
+        loop {
+            let mut merged = false;
+            'outer: for i in 0..self.boxes.len() {
+                for j in i + 1..self.boxes.len() {
+                    let (a, b) = (&self.boxes[i], &self.boxes[j]);
+                    let union = if a.rk == b.rk && joinable(&a.pk, &b.pk) {
+                        Some(KeyBox {
+                            pk: KeyInterval::new(
+                                lo_min(&a.pk.lo, &b.pk.lo),
+                                hi_max(&a.pk.hi, &b.pk.hi),
+                            ),
+                            rk: a.rk.clone(),
+                        })
+                    } else if a.pk == b.pk && a.pk.as_point().is_some() && joinable(&a.rk, &b.rk) {
+                        Some(KeyBox {
+                            pk: a.pk.clone(),
+                            rk: KeyInterval::new(
+                                lo_min(&a.rk.lo, &b.rk.lo),
+                                hi_max(&a.rk.hi, &b.rk.hi),
+                            ),
+                        })
+                    } else {
+                        None
+                    };
+                    if let Some(u) = union {
+                        self.boxes[i] = u;
+                        self.boxes.remove(j);
+                        merged = true;
+                        break 'outer;
+                    }
+                }
+            }
+            if !merged {
+                break;
+            }
+        }
+        if self.boxes.len() > MAX_BOXES {
+            // Too fine-grained to be worth it: keep the hull.
+            let pk = self
+                .boxes
+                .iter()
+                .map(|b| b.pk.clone())
+                .reduce(|a, b| KeyInterval::new(lo_min(&a.lo, &b.lo), hi_max(&a.hi, &b.hi)));
+            self.boxes = vec![KeyBox {
+                pk: pk.unwrap_or_else(KeyInterval::all),
+                rk: KeyInterval::all(),
+            }];
+        }
+        self.boxes.sort_by(|a, b| box_order(a).cmp(&box_order(b)));
+    }
+}
+
+fn box_order(b: &KeyBox) -> (u8, String, u8, String) {
+    let key = |bound: &Bound<String>| match bound {
+        Bound::Unbounded => (0, String::new()),
+        Bound::Included(s) => (1, s.clone()),
+        Bound::Excluded(s) => (2, s.clone()),
+    };
+    let (a, s) = key(&b.pk.lo);
+    let (c, t) = key(&b.rk.lo);
+    (a, s, c, t)
+}
+
+/// Pushes NOT down to the leaves and folds boolean constants (unknown folds
+/// to false, which is sound for WHERE once no NOT is above it).
+pub fn nnf(e: &BExpr, negate: bool) -> BExpr {
+    let neg_op = |op: CmpOp| match op {
+        CmpOp::Eq => CmpOp::Ne,
+        CmpOp::Ne => CmpOp::Eq,
+        CmpOp::Lt => CmpOp::Ge,
+        CmpOp::Le => CmpOp::Gt,
+        CmpOp::Gt => CmpOp::Le,
+        CmpOp::Ge => CmpOp::Lt,
+    };
+    match e {
+        BExpr::Not(x) => nnf(x, !negate),
+        BExpr::And(v) | BExpr::Or(v) => {
+            let is_and = matches!(e, BExpr::And(_)) != negate;
+            let parts: Vec<BExpr> = v.iter().map(|x| nnf(x, negate)).collect();
+            let mut flat = Vec::new();
+            for p in parts {
+                match (is_and, p) {
+                    (true, BExpr::And(inner)) | (false, BExpr::Or(inner)) => flat.extend(inner),
+                    (true, BExpr::Bool(true)) | (false, BExpr::Bool(false)) => {}
+                    (true, BExpr::Bool(false)) => return BExpr::Bool(false),
+                    (false, BExpr::Bool(true)) => return BExpr::Bool(true),
+                    (_, p) => flat.push(p),
+                }
+            }
+            match (flat.len(), is_and) {
+                (0, and) => BExpr::Bool(and),
+                (1, _) => flat.pop().expect("one"),
+                (_, true) => BExpr::And(flat),
+                (_, false) => BExpr::Or(flat),
+            }
+        }
+        BExpr::Bool(b) => BExpr::Bool(*b != negate),
+        // Unknown is never true, negated or not.
+        BExpr::Null => BExpr::Bool(false),
+        BExpr::Cmp(a, op, b) => {
+            if matches!(**b, BExpr::Null) {
+                return BExpr::Bool(false);
+            }
+            BExpr::Cmp(a.clone(), if negate { neg_op(*op) } else { *op }, b.clone())
+        }
+        BExpr::RowCmp { left, op, right } if negate => BExpr::RowCmp {
+            left: left.clone(),
+            op: neg_op(*op),
+            right: right.clone(),
+        },
+        BExpr::InList {
+            expr,
+            list,
+            negated,
+        } => {
+            let negated = *negated != negate;
+            let has_null = list.iter().any(|x| matches!(x, BExpr::Null));
+            let list: Vec<BExpr> = list
+                .iter()
+                .filter(|x| !matches!(x, BExpr::Null))
+                .cloned()
+                .collect();
+            // `x NOT IN (…, NULL)` is never true; `x IN (NULL)` neither.
+            if (negated && has_null) || list.is_empty() {
+                return BExpr::Bool(false);
+            }
+            BExpr::InList {
+                expr: expr.clone(),
+                list,
+                negated,
+            }
+        }
+        BExpr::Between {
+            expr,
+            low,
+            high,
+            negated,
+        } => BExpr::Between {
+            expr: expr.clone(),
+            low: low.clone(),
+            high: high.clone(),
+            negated: *negated != negate,
+        },
+        BExpr::Like {
+            expr,
+            pattern,
+            escape,
+            negated,
+            case_insensitive,
+        } => {
+            if matches!(**pattern, BExpr::Null) {
+                return BExpr::Bool(false);
+            }
+            BExpr::Like {
+                expr: expr.clone(),
+                pattern: pattern.clone(),
+                escape: *escape,
+                negated: *negated != negate,
+                case_insensitive: *case_insensitive,
+            }
+        }
+        BExpr::IsNull { expr, negated } => BExpr::IsNull {
+            expr: expr.clone(),
+            negated: *negated != negate,
+        },
+        other if negate => BExpr::Not(Box::new(other.clone())),
+        other => other.clone(),
+    }
+}
+
+fn key_role(e: &BExpr) -> Option<Role> {
+    match e {
+        BExpr::Column(c) if matches!(c.role, Role::PartitionKey | Role::RowKey) => Some(c.role),
+        _ => None,
+    }
+}
+
+fn lit_str(e: &BExpr) -> Option<&str> {
+    match e {
+        BExpr::Lit(Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// The literal prefix of a LIKE pattern and whether the pattern is exactly
+/// `prefix%` (or exactly `prefix`, with no wildcard at all).
+pub fn like_prefix(pattern: &str, escape: Option<char>) -> (String, LikeShape) {
+    let mut prefix = String::new();
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        if Some(c) == escape {
+            match chars.next() {
+                Some(n) => prefix.push(n),
+                None => prefix.push(c),
+            }
+        } else if c == '%' {
+            let rest: String = chars.collect();
+            return (
+                prefix,
+                if rest.chars().all(|c| c == '%') {
+                    LikeShape::Prefix
+                } else {
+                    LikeShape::Other
+                },
+            );
+        } else if c == '_' {
+            return (prefix, LikeShape::Other);
+        } else {
+            prefix.push(c);
+        }
+    }
+    (prefix, LikeShape::Exact)
+}
+
+/// What a LIKE pattern is beyond its literal prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LikeShape {
+    /// No wildcard: equality.
+    Exact,
+    /// `prefix%`.
+    Prefix,
+    /// Wildcards in the middle.
+    Other,
+}
+
+/// The key set of an NNF expression and whether it is exact.
+pub fn derive(e: &BExpr) -> (KeySet, bool) {
+    match e {
+        BExpr::Bool(true) => (KeySet::all(), true),
+        BExpr::Bool(false) => (KeySet::none(), true),
+        BExpr::And(v) => v.iter().fold((KeySet::all(), true), |(s, ex), x| {
+            let (t, ey) = derive(x);
+            (s.and(&t), ex && ey)
+        }),
+        BExpr::Or(v) => v.iter().fold((KeySet::none(), true), |(s, ex), x| {
+            let (t, ey) = derive(x);
+            (s.or(&t), ex && ey)
+        }),
+        BExpr::Cmp(a, op, b) => match (key_role(a), lit_str(b)) {
+            (Some(role), Some(v)) => (KeySet::on(role, interval_for(*op, v)), true),
+            _ => (KeySet::all(), false),
+        },
+        BExpr::InList {
+            expr,
+            list,
+            negated: false,
+        } => match key_role(expr) {
+            Some(role) if list.iter().all(|x| lit_str(x).is_some()) => (
+                KeySet::on(
+                    role,
+                    list.iter()
+                        .map(|x| KeyInterval::point(lit_str(x).expect("checked")))
+                        .collect(),
+                ),
+                true,
+            ),
+            _ => (KeySet::all(), false),
+        },
+        BExpr::Between {
+            expr,
+            low,
+            high,
+            negated,
+        } => match (key_role(expr), lit_str(low), lit_str(high)) {
+            (Some(role), Some(lo), Some(hi)) => {
+                let intervals = if *negated {
+                    vec![
+                        KeyInterval::new(Bound::Unbounded, Bound::Excluded(lo.to_owned())),
+                        KeyInterval::new(Bound::Excluded(hi.to_owned()), Bound::Unbounded),
+                    ]
+                } else {
+                    vec![KeyInterval::new(
+                        Bound::Included(lo.to_owned()),
+                        Bound::Included(hi.to_owned()),
+                    )]
+                };
+                (KeySet::on(role, intervals), true)
+            }
+            _ => (KeySet::all(), false),
+        },
+        BExpr::Like {
+            expr,
+            pattern,
+            escape,
+            negated: false,
+            case_insensitive: false,
+        } => match (key_role(expr), lit_str(pattern)) {
+            (Some(role), Some(p)) => {
+                let (prefix, shape) = like_prefix(p, *escape);
+                match shape {
+                    LikeShape::Exact => (KeySet::on(role, vec![KeyInterval::point(prefix)]), true),
+                    LikeShape::Prefix => {
+                        (KeySet::on(role, vec![KeyInterval::prefix(&prefix)]), true)
+                    }
+                    LikeShape::Other if prefix.is_empty() => (KeySet::all(), false),
+                    LikeShape::Other => {
+                        (KeySet::on(role, vec![KeyInterval::prefix(&prefix)]), false)
+                    }
+                }
+            }
+            _ => (KeySet::all(), false),
+        },
+        BExpr::IsNull { expr, negated } if key_role(expr).is_some() => {
+            // Keys are never NULL.
+            (
+                if *negated {
+                    KeySet::all()
+                } else {
+                    KeySet::none()
+                },
+                true,
+            )
+        }
+        BExpr::RowCmp { left, op, right } => row_keyset(left, *op, right),
+        _ => (KeySet::all(), false),
+    }
+}
+
+/// `(pk, rk) op (a, b)` as boxes, lexicographically; `(pk) op (a)` as a
+/// plain comparison. Other shapes are not key predicates.
+fn row_keyset(left: &[BExpr], op: CmpOp, right: &[BExpr]) -> (KeySet, bool) {
+    let roles: Vec<_> = left.iter().map(key_role).collect();
+    let vals: Vec<_> = right.iter().map(lit_str).collect();
+    match (roles.as_slice(), vals.as_slice()) {
+        ([Some(r)], [Some(v)]) => (KeySet::on(*r, interval_for(op, v)), true),
+        ([Some(Role::PartitionKey), Some(Role::RowKey)], [Some(a), Some(b)]) => {
+            let pk_eq = |rk: Vec<KeyInterval>| KeySet {
+                boxes: rk
+                    .into_iter()
+                    .map(|rk| KeyBox {
+                        pk: KeyInterval::point(*a),
+                        rk,
+                    })
+                    .collect(),
+            };
+            let pk_only = |op| KeySet::on(Role::PartitionKey, interval_for(op, a));
+            let set = match op {
+                CmpOp::Eq => pk_eq(interval_for(CmpOp::Eq, b)),
+                CmpOp::Gt | CmpOp::Ge => pk_eq(interval_for(op, b)).or(&pk_only(CmpOp::Gt)),
+                CmpOp::Lt | CmpOp::Le => pk_eq(interval_for(op, b)).or(&pk_only(CmpOp::Lt)),
+                CmpOp::Ne => pk_eq(interval_for(CmpOp::Ne, b)).or(&pk_only(CmpOp::Ne)),
+            };
+            (set, true)
+        }
+        _ => (KeySet::all(), false),
+    }
+}
+
+/// Converts an NNF predicate into the store's residual filter; `None` when
+/// some part is beyond the store (functions, casts of columns, ...).
+pub fn to_filter(e: &BExpr) -> Option<Filter> {
+    Some(match e {
+        BExpr::Bool(b) => {
+            if *b {
+                Filter::True
+            } else {
+                Filter::False
+            }
+        }
+        BExpr::And(v) => Filter::And(v.iter().map(to_filter).collect::<Option<_>>()?),
+        BExpr::Or(v) => Filter::Or(v.iter().map(to_filter).collect::<Option<_>>()?),
+        BExpr::Not(x) => Filter::Not(Box::new(to_filter(x)?)),
+        BExpr::Cmp(a, op, b) => {
+            let (field, value) = field_value(a, b)?;
+            Filter::Compare {
+                field,
+                op: *op,
+                value,
+            }
+        }
+        BExpr::InList {
+            expr,
+            list,
+            negated,
+        } => {
+            let field = field_of(expr)?;
+            let values = list
+                .iter()
+                .map(|x| field_value(expr, x).map(|(_, v)| v))
+                .collect::<Option<Vec<_>>>()?;
+            let f = Filter::In { field, values };
+            if *negated {
+                Filter::Not(Box::new(f))
+            } else {
+                f
+            }
+        }
+        BExpr::Between {
+            expr,
+            low,
+            high,
+            negated,
+        } => {
+            let (field, lo) = field_value(expr, low)?;
+            let (_, hi) = field_value(expr, high)?;
+            let f = Filter::And(vec![
+                Filter::Compare {
+                    field: field.clone(),
+                    op: CmpOp::Ge,
+                    value: lo,
+                },
+                Filter::Compare {
+                    field,
+                    op: CmpOp::Le,
+                    value: hi,
+                },
+            ]);
+            if *negated {
+                Filter::Not(Box::new(f))
+            } else {
+                f
+            }
+        }
+        BExpr::Like {
+            expr,
+            pattern,
+            escape,
+            negated,
+            case_insensitive,
+        } => {
+            let f = Filter::Like {
+                field: field_of(expr)?,
+                pattern: lit_str(pattern)?.to_owned(),
+                escape: *escape,
+                case_insensitive: *case_insensitive,
+            };
+            if *negated {
+                Filter::Not(Box::new(f))
+            } else {
+                f
+            }
+        }
+        BExpr::IsNull { expr, negated } => {
+            let f = Filter::IsNull(field_of(expr)?);
+            if *negated {
+                Filter::Not(Box::new(f))
+            } else {
+                f
+            }
+        }
+        BExpr::RowCmp { left, op, right } => row_filter(left, *op, right)?,
+        _ => return None,
+    })
+}
+
+/// Lexicographic row comparison as a filter: `(a, b) > (x, y)` is
+/// `a > x OR (a = x AND b > y)`.
+fn row_filter(left: &[BExpr], op: CmpOp, right: &[BExpr]) -> Option<Filter> {
+    let pairs: Vec<(Field, Value)> = left
+        .iter()
+        .zip(right)
+        .map(|(l, r)| field_value(l, r))
+        .collect::<Option<_>>()?;
+    let cmp = |i: usize, op| Filter::Compare {
+        field: pairs[i].0.clone(),
+        op,
+        value: pairs[i].1.clone(),
+    };
+    let eq_prefix = |n: usize| (0..n).map(|i| cmp(i, CmpOp::Eq)).collect::<Vec<_>>();
+    Some(match op {
+        CmpOp::Eq => Filter::And(eq_prefix(pairs.len())),
+        CmpOp::Ne => Filter::Not(Box::new(Filter::And(eq_prefix(pairs.len())))),
+        _ => {
+            let (strict, last) = match op {
+                CmpOp::Lt => (CmpOp::Lt, CmpOp::Lt),
+                CmpOp::Le => (CmpOp::Lt, CmpOp::Le),
+                CmpOp::Gt => (CmpOp::Gt, CmpOp::Gt),
+                _ => (CmpOp::Gt, CmpOp::Ge),
+            };
+            let n = pairs.len();
+            Filter::Or(
+                (0..n)
+                    .map(|i| {
+                        let mut conj = eq_prefix(i);
+                        conj.push(cmp(i, if i + 1 == n { last } else { strict }));
+                        Filter::And(conj)
+                    })
+                    .collect(),
+            )
+        }
+    })
+}
+
+fn field_of(e: &BExpr) -> Option<Field> {
+    match e {
+        BExpr::Column(c) => Some(match c.role {
+            Role::PartitionKey => Field::PartitionKey,
+            Role::RowKey => Field::RowKey,
+            Role::Timestamp | Role::ETag => Field::Timestamp,
+            Role::Property => Field::Property(c.name.clone()),
+        }),
+        _ => None,
+    }
+}
+
+/// A column and a literal as a store field and value. The ETag compares as
+/// the Timestamp it is derived from.
+fn field_value(col: &BExpr, lit: &BExpr) -> Option<(Field, Value)> {
+    let field = field_of(col)?;
+    let value = match lit {
+        BExpr::Lit(v) => v.clone(),
+        _ => return None,
+    };
+    match (col, &value) {
+        (BExpr::Column(c), Value::String(tag)) if c.role == Role::ETag => {
+            Some((field, Value::DateTime(etag_timestamp(tag)?)))
+        }
+        _ => Some((field, value)),
+    }
+}
+
+/// The Timestamp inside an ETag `W/"datetime'…'"`.
+pub fn etag_timestamp(tag: &str) -> Option<tablegate_store::DateTime> {
+    let inner = tag.strip_prefix("W/\"datetime'")?.strip_suffix("'\"")?;
+    chrono_parse(inner)
+}
+
+fn chrono_parse(s: &str) -> Option<tablegate_store::DateTime> {
+    tablegate_catalog::types::parse_timestamp(s, true)
+}
+
+/// A classified table access: what the store is asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Access {
+    /// Key spans pushed into the store (empty: contradiction).
+    pub spans: Vec<KeyBox>,
+    /// The part of WHERE the spans do not enforce, in SQL form.
+    pub residual: Option<BExpr>,
+    /// The residual as a store filter (`None` if there is none).
+    pub filter: Option<Filter>,
+    /// True when the residual has parts the store cannot evaluate.
+    pub residual_needs_engine: bool,
+    /// The class.
+    pub class: AccessClass,
+}
+
+impl Access {
+    /// Classifies a WHERE clause (already bound and parameter-free).
+    /// `has_row_key` is false for tables keyed by one column, whose RowKey
+    /// is always the empty string: there `PartitionKey = c` is a point.
+    pub fn from_where(predicate: Option<&BExpr>, has_row_key: bool) -> Access {
+        let implicit_rk = |set: KeySet| {
+            if has_row_key {
+                set
+            } else {
+                set.and(&KeySet {
+                    boxes: vec![KeyBox {
+                        pk: KeyInterval::all(),
+                        rk: KeyInterval::point(""),
+                    }],
+                })
+            }
+        };
+        let Some(p) = predicate else {
+            let spans = implicit_rk(KeySet::all()).boxes;
+            return Access {
+                class: AccessClass::of(&spans),
+                spans,
+                residual: None,
+                filter: None,
+                residual_needs_engine: false,
+            };
+        };
+        let n = nnf(p, false);
+        let (set, _) = derive(&n);
+        let set = implicit_rk(set);
+        // Conjuncts whose key sets are exact are fully enforced by the spans.
+        let conjuncts = match &n {
+            BExpr::And(v) => v.clone(),
+            other => vec![other.clone()],
+        };
+        let rest: Vec<BExpr> = conjuncts.into_iter().filter(|c| !derive(c).1).collect();
+        let residual = match rest.len() {
+            0 => None,
+            1 => rest.into_iter().next(),
+            _ => Some(BExpr::And(rest)),
+        };
+        let spans = set.boxes;
+        // A contradiction reads nothing, so nothing is left to filter.
+        let residual = if spans.is_empty() { None } else { residual };
+        let filter = residual.as_ref().and_then(to_filter);
+        let residual_needs_engine = residual.is_some() && filter.is_none();
+        Access {
+            class: AccessClass::of(&spans),
+            spans,
+            residual,
+            filter,
+            residual_needs_engine,
+        }
+    }
+}
+
+/// Renders key spans in key syntax for EXPLAIN:
+/// `PartitionKey = 'a' AND RowKey >= 'x'`, one line per box.
+pub fn render_spans(spans: &[KeyBox]) -> Vec<String> {
+    spans.iter().map(render_box).collect()
+}
+
+fn render_box(b: &KeyBox) -> String {
+    let mut parts = Vec::new();
+    render_interval("PartitionKey", &b.pk, &mut parts);
+    render_interval("RowKey", &b.rk, &mut parts);
+    if parts.is_empty() {
+        "all keys".to_owned()
+    } else {
+        parts.join(" AND ")
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+fn render_interval(name: &str, i: &KeyInterval, out: &mut Vec<String>) {
+    if let Some(p) = i.as_point() {
+        out.push(format!("{name} = {}", quote(p)));
+        return;
+    }
+    match &i.lo {
+        Bound::Included(s) => out.push(format!("{name} >= {}", quote(s))),
+        Bound::Excluded(s) => out.push(format!("{name} > {}", quote(s))),
+        Bound::Unbounded => {}
+    }
+    match &i.hi {
+        Bound::Included(s) => out.push(format!("{name} <= {}", quote(s))),
+        Bound::Excluded(s) => out.push(format!("{name} < {}", quote(s))),
+        Bound::Unbounded => {}
+    }
+}
+
+/// Columns of `table` compared by equality in the residual: candidates for
+/// a better PartitionKey when the access is a full scan.
+pub fn equality_columns(residual: &BExpr, out: &mut Vec<String>) {
+    match residual {
+        BExpr::And(v) => v.iter().for_each(|x| equality_columns(x, out)),
+        BExpr::Cmp(a, CmpOp::Eq, _)
+        | BExpr::InList {
+            expr: a,
+            negated: false,
+            ..
+        } => {
+            if let BExpr::Column(c) = &**a
+                && c.role == Role::Property
+                && !out.contains(&c.name)
+            {
+                out.push(c.name.clone());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Rough selectivity of a residual, PostgreSQL's default estimates:
+/// equality 0.005 on keys-free columns is too optimistic for small demo
+/// tables, so this uses 0.1 for `=`, 1/3 for ranges, 0.25 for LIKE.
+pub fn selectivity(e: &BExpr) -> f64 {
+    match e {
+        BExpr::Bool(true) => 1.0,
+        BExpr::Bool(false) => 0.0,
+        BExpr::And(v) => v.iter().map(selectivity).product(),
+        BExpr::Or(v) => v.iter().map(selectivity).sum::<f64>().min(1.0),
+        BExpr::Not(x) => 1.0 - selectivity(x),
+        BExpr::Cmp(_, CmpOp::Eq, _) => 0.1,
+        BExpr::Cmp(_, CmpOp::Ne, _) => 0.9,
+        BExpr::Cmp(..) | BExpr::RowCmp { .. } => 1.0 / 3.0,
+        BExpr::InList { list, negated, .. } => {
+            let s = (0.1 * list.len() as f64).min(1.0);
+            if *negated { 1.0 - s } else { s }
+        }
+        BExpr::Between { negated, .. } => {
+            if *negated {
+                0.75
+            } else {
+                0.25
+            }
+        }
+        BExpr::Like { negated, .. } => {
+            if *negated {
+                0.75
+            } else {
+                0.25
+            }
+        }
+        BExpr::IsNull { negated, .. } => {
+            if *negated {
+                0.9
+            } else {
+                0.1
+            }
+        }
+        _ => 1.0 / 3.0,
+    }
+}
+
+/// True when `table` has the column as a key (for advice wording).
+pub fn is_key(table: &TableDef, column: &str) -> bool {
+    table.partition_key == column || table.row_key.as_deref() == Some(column)
+}
