@@ -37,6 +37,17 @@ impl Engine for MemoryEngine {
     }
 
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_> {
+        // BTreeMap::range panics on an inverted or empty-excluded range,
+        // where fjall yields nothing; the engines must agree.
+        let empty = match (&start, &end) {
+            (Bound::Included(s), Bound::Included(e)) => s > e,
+            (Bound::Included(s) | Bound::Excluded(s), Bound::Excluded(e))
+            | (Bound::Excluded(s), Bound::Included(e)) => s >= e,
+            _ => false,
+        };
+        if empty {
+            return Box::new(std::iter::empty());
+        }
         let mut next_start = start;
         let mut buffer = std::collections::VecDeque::new();
         let mut done = false;

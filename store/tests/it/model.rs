@@ -728,6 +728,34 @@ fn in_bounds(lo: &Bound<String>, hi: &Bound<String>, k: &str) -> bool {
     in_interval(&KeyInterval::new(lo.clone(), hi.clone()), k)
 }
 
+fn interval_empty(iv: &KeyInterval) -> bool {
+    match (&iv.lo, &iv.hi) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
+            a >= b
+        }
+        _ => false,
+    }
+}
+
+/// Whether the store reads (pk, rk) for a query: the cost model of
+/// `query.rs` — a box with one PartitionKey scans its RowKey range in that
+/// partition; a box with a PartitionKey range scans whole partitions, its
+/// RowKey range applying only as a filter; an empty box scans nothing.
+fn scanned_by(spans: &[KeyBox], pk: &str, rk: &str) -> bool {
+    spans.iter().any(|b| {
+        if interval_empty(&b.pk) || interval_empty(&b.rk) {
+            return false;
+        }
+        match (&b.pk.lo, &b.pk.hi) {
+            (Bound::Included(lo), Bound::Included(hi)) if lo == hi => {
+                pk == lo && in_interval(&b.rk, rk)
+            }
+            _ => in_interval(&b.pk, pk),
+        }
+    })
+}
+
 fn bogus_etag(n: u8) -> ETag {
     match n % 3 {
         0 => ETag("W/\"datetime'2001-02-03T04:05:06.000007Z'\"".into()),
@@ -738,9 +766,95 @@ fn bogus_etag(n: u8) -> ETag {
 
 // ---- one store under test, with its own model ---------------------------------
 
+/// A store under test: the engine-backed store, or the same with the
+/// partition layer in the path.
+enum Subject {
+    Local(LocalStore),
+    Partitioned(PartitionedStore),
+}
+
+/// Range-partition boundaries of the partitioned subject: pages end and
+/// resume at each, since each range is on another server.
+const SPLITS: [(&str, usize); 2] = [("ab", 1), ("é", 2)];
+
+fn partitioned_config() -> PartitionConfig {
+    PartitionConfig {
+        targets: None,
+        move_offline: std::time::Duration::ZERO,
+        ..Default::default()
+    }
+}
+
+impl Subject {
+    fn create_table_blocking(&self, name: &str) -> Result<TableInfo> {
+        match self {
+            Subject::Local(s) => s.create_table_blocking(name),
+            Subject::Partitioned(p) => {
+                let info = p.create_table_blocking(name)?;
+                p.move_range_blocking(name, "", 0)?;
+                for (at, server) in SPLITS {
+                    p.split_blocking(name, at)?;
+                    p.move_range_blocking(name, at, server)?;
+                }
+                Ok(info)
+            }
+        }
+    }
+    fn drop_table_blocking(&self, name: &str) -> Result<()> {
+        match self {
+            Subject::Local(s) => s.drop_table_blocking(name),
+            Subject::Partitioned(p) => p.drop_table_blocking(name),
+        }
+    }
+    fn list_tables_blocking(&self) -> Vec<TableInfo> {
+        match self {
+            Subject::Local(s) => s.list_tables_blocking(),
+            Subject::Partitioned(p) => p.list_tables_blocking(),
+        }
+    }
+    fn get_blocking(&self, t: &str, pk: &str, rk: &str) -> Result<Option<Entity>> {
+        match self {
+            Subject::Local(s) => s.get_blocking(t, pk, rk),
+            Subject::Partitioned(p) => p.get_blocking(t, pk, rk),
+        }
+    }
+    fn execute_blocking(&self, t: &str, ops: &[Operation]) -> Result<Vec<OpOutcome>> {
+        match self {
+            Subject::Local(s) => s.execute_blocking(t, ops),
+            Subject::Partitioned(p) => p.execute_blocking(t, ops),
+        }
+    }
+    fn query_blocking(&self, t: &str, q: &Query, r: &PageRequest) -> Result<Page> {
+        match self {
+            Subject::Local(s) => s.query_blocking(t, q, r),
+            Subject::Partitioned(p) => p.query_blocking(t, q, r),
+        }
+    }
+    fn table_stats_blocking(&self, t: &str) -> Result<TableStats> {
+        match self {
+            Subject::Local(s) => s.table_stats_blocking(t),
+            Subject::Partitioned(p) => p.table_stats_blocking(t),
+        }
+    }
+    fn partition_stats_blocking(
+        &self,
+        t: &str,
+        lo: Bound<&str>,
+        hi: Bound<&str>,
+        limit: usize,
+    ) -> Result<Vec<PartitionStats>> {
+        match self {
+            Subject::Local(s) => s.partition_stats_blocking(t, lo, hi, limit),
+            Subject::Partitioned(p) => p.partition_stats_blocking(t, lo, hi, limit),
+        }
+    }
+}
+
 struct Harness {
     name: &'static str,
-    store: Option<LocalStore>,
+    store: Option<Subject>,
+    /// Whether the durable directory holds a partitioned store.
+    partitioned: bool,
     dir: Option<tempfile::TempDir>,
     model: [ModelTable; 2],
     /// Current step, for messages.
@@ -755,12 +869,13 @@ fn fjall_options() -> StoreOptions {
 }
 
 impl Harness {
-    fn new(name: &'static str, store: LocalStore, dir: Option<tempfile::TempDir>) -> Self {
+    fn new(name: &'static str, store: Subject, dir: Option<tempfile::TempDir>) -> Self {
         for t in TABLES {
             store.create_table_blocking(t).unwrap();
         }
         Harness {
             name,
+            partitioned: matches!(store, Subject::Partitioned(_)),
             store: Some(store),
             dir,
             model: Default::default(),
@@ -769,16 +884,25 @@ impl Harness {
     }
 
     fn memory() -> Self {
-        Self::new("memory", LocalStore::in_memory(), None)
+        Self::new("memory", Subject::Local(LocalStore::in_memory()), None)
     }
 
     fn fjall() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = LocalStore::open(dir.path(), fjall_options()).unwrap();
-        Self::new("fjall", store, Some(dir))
+        Self::new("fjall", Subject::Local(store), Some(dir))
     }
 
-    fn store(&self) -> &LocalStore {
+    /// fjall with the partition layer in the path: three range partitions
+    /// per table on three servers, throttling off.
+    fn partitioned() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let local = LocalStore::open(dir.path(), fjall_options()).unwrap();
+        let store = PartitionedStore::new(local, partitioned_config()).unwrap();
+        Self::new("partitioned", Subject::Partitioned(store), Some(dir))
+    }
+
+    fn store(&self) -> &Subject {
         self.store.as_ref().expect("store is open")
     }
 
@@ -790,7 +914,31 @@ impl Harness {
     fn reopen(&mut self) {
         if let Some(dir) = &self.dir {
             drop(self.store.take());
-            self.store = Some(LocalStore::open(dir.path(), fjall_options()).unwrap());
+            let local = LocalStore::open(dir.path(), fjall_options()).unwrap();
+            self.store = Some(if self.partitioned {
+                let p = PartitionedStore::new(local, partitioned_config()).unwrap();
+                // The persisted partition map comes back with the store.
+                for t in TABLES {
+                    let ranges: Vec<_> = p
+                        .ranges(t)
+                        .unwrap()
+                        .into_iter()
+                        .map(|r| (r.lo, r.server))
+                        .collect();
+                    let expected: Vec<_> = std::iter::once(("".to_owned(), 0))
+                        .chain(SPLITS.iter().map(|(a, s)| (a.to_string(), *s)))
+                        .collect();
+                    assert_eq!(
+                        ranges,
+                        expected,
+                        "{} partition map after reopen",
+                        self.ctx()
+                    );
+                }
+                Subject::Partitioned(p)
+            } else {
+                Subject::Local(local)
+            });
             self.check_all();
         }
     }
@@ -1069,6 +1217,12 @@ impl Harness {
             })
             .collect();
 
+        let to_scan = m
+            .rows
+            .keys()
+            .filter(|(pk, rk)| scanned_by(&query.spans, pk, rk))
+            .count() as u64;
+        let mut scanned = 0u64;
         let mut got: Vec<Entity> = Vec::new();
         let mut req = PageRequest::first(page_size);
         if let PageMode::ZeroBudget = mode {
@@ -1111,10 +1265,13 @@ impl Harness {
             // stop (budgets never run out in Stops mode): the next page
             // belongs to the next range partition.
             let clipped = page.continuation.is_some() && page.entities.len() < page_size;
+            // The partition layer also ends pages at its server boundaries.
+            let boundaries = if self.partitioned { SPLITS.len() } else { 0 };
+            scanned += page.scanned;
             got.extend(page.entities);
             pages += 1;
             assert!(
-                pages <= expected.len() + m.rows.len() + stops.len() + 2,
+                pages <= expected.len() + m.rows.len() + stops.len() + boundaries + 2,
                 "{ctx} {pages} pages of {page_size} for {} entities: {query:#?}",
                 expected.len()
             );
@@ -1135,7 +1292,7 @@ impl Harness {
                     }
                     if clipped && !stops.is_empty() {
                         assert!(
-                            stop < stops.len(),
+                            stop < stops.len() + boundaries,
                             "{ctx} a token after the last stop was passed"
                         );
                         stop += 1;
@@ -1145,6 +1302,12 @@ impl Harness {
                 None => break,
             }
         }
+        // Scans resume where the last page ended, so over all pages every
+        // entity of the covering ranges is read exactly once.
+        assert_eq!(
+            scanned, to_scan,
+            "{ctx} entities scanned over all pages of {query:#?}"
+        );
         if got != expected {
             let keys = |v: &[Entity]| -> Vec<(String, String)> {
                 v.iter()
@@ -1346,7 +1509,7 @@ fn config(default_cases: u32) -> ProptestConfig {
 /// Runs `steps` on both stores in lockstep, reopening the durable one before
 /// step `reopen_at` (or after the last step), then compares everything.
 fn run_both(steps: &[Step], reopen_at: usize) {
-    let mut stores = [Harness::memory(), Harness::fjall()];
+    let mut stores = [Harness::memory(), Harness::fjall(), Harness::partitioned()];
     for (i, step) in steps.iter().enumerate() {
         for h in &mut stores {
             h.step = i;
@@ -1441,7 +1604,7 @@ proptest! {
 /// above generates such bounds too; this is its smallest case.
 #[test]
 fn partition_stats_of_an_empty_key_range_is_empty() {
-    for h in [Harness::memory(), Harness::fjall()] {
+    for h in [Harness::memory(), Harness::fjall(), Harness::partitioned()] {
         let s = h.store();
         s.execute_blocking(TABLES[0], &[Operation::Insert(EntityWrite::new("a", "x"))])
             .unwrap();
