@@ -47,6 +47,18 @@ pub enum CatalogError {
         /// How to fix it.
         hint: &'static str,
     },
+    /// NULL where the column cannot hold it (a key, or NOT NULL).
+    #[error(
+        "null value in column \"{column}\" of relation \"{table}\" violates not-null constraint"
+    )]
+    NullValue {
+        /// Table.
+        table: String,
+        /// Column.
+        column: String,
+        /// Why it cannot be NULL.
+        hint: &'static str,
+    },
     /// A column name that clashes with a system column or store rule.
     #[error("column name \"{column}\" is not allowed: {reason}")]
     InvalidColumnName {

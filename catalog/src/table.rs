@@ -274,17 +274,14 @@ impl TableDef {
                         Some(Value::String(s)) => s.clone(),
                         Some(_) => unreachable!("type checked above"),
                         None => {
-                            return Err(CatalogError::InvalidKey {
-                                reason: format!(
-                                    "null value in column \"{}\": it is the {}, which cannot be NULL",
-                                    col.name,
-                                    if col.role == Role::PartitionKey {
-                                        "PartitionKey"
-                                    } else {
-                                        "RowKey"
-                                    }
-                                ),
-                                hint: "every row needs its key columns; the empty string is a valid key",
+                            return Err(CatalogError::NullValue {
+                                table: self.name.clone(),
+                                column: col.name.clone(),
+                                hint: if col.role == Role::PartitionKey {
+                                    "it is the PartitionKey; every row needs one (the empty string is a valid key)"
+                                } else {
+                                    "it is the RowKey; every row needs one (the empty string is a valid key)"
+                                },
                             });
                         }
                     };
@@ -296,12 +293,10 @@ impl TableDef {
                 }
                 Role::Property => {
                     if v.is_none() && !col.nullable {
-                        return Err(CatalogError::InvalidKey {
-                            reason: format!(
-                                "null value in column \"{}\" violates not-null constraint",
-                                col.name
-                            ),
-                            hint: "supply a value for every NOT NULL column",
+                        return Err(CatalogError::NullValue {
+                            table: self.name.clone(),
+                            column: col.name.clone(),
+                            hint: "the column is declared NOT NULL",
                         });
                     }
                     properties.insert(col.name.clone(), v.clone());
@@ -314,22 +309,19 @@ impl TableDef {
                 }
             }
         }
-        let partition_key = pk.ok_or_else(|| CatalogError::InvalidKey {
-            reason: format!(
-                "null value in column \"{}\": it is the PartitionKey, which cannot be NULL",
-                self.partition_key
-            ),
-            hint: "every row needs its key columns; the empty string is a valid key",
+        let partition_key = pk.ok_or_else(|| CatalogError::NullValue {
+            table: self.name.clone(),
+            column: self.partition_key.clone(),
+            hint: "it is the PartitionKey; every row needs one (the empty string is a valid key)",
         })?;
         let row_key = match (&self.row_key, rk) {
             (None, _) => String::new(),
             (Some(_), Some(r)) => r,
             (Some(name), None) => {
-                return Err(CatalogError::InvalidKey {
-                    reason: format!(
-                        "null value in column \"{name}\": it is the RowKey, which cannot be NULL"
-                    ),
-                    hint: "every row needs its key columns; the empty string is a valid key",
+                return Err(CatalogError::NullValue {
+                    table: self.name.clone(),
+                    column: name.clone(),
+                    hint: "it is the RowKey; every row needs one (the empty string is a valid key)",
                 });
             }
         };
@@ -439,7 +431,10 @@ mod tests {
                 (r("runner"), Some(Value::String("x".into()))),
             ])
             .unwrap_err();
-        assert!(err.to_string().contains("PartitionKey"), "{err}");
+        assert!(
+            matches!(&err, CatalogError::NullValue { column, .. } if column == "race"),
+            "{err}"
+        );
         let err = t
             .entity_write(&[(
                 r("timestamp"),

@@ -1,7 +1,10 @@
-//! The PostgreSQL wire protocol (issue 5): sessions, prepared statements,
-//! portals, transactions as entity-group transactions, authentication, TLS,
-//! cancellation, and the one place where errors become SQLSTATEs.
+//! The PostgreSQL wire protocol in front of the planner: sessions, prepared
+//! statements, portals, transactions as entity-group transactions,
+//! authentication, TLS, cancellation — and [`sqlstate`], the one place
+//! where errors become SQLSTATEs.
 //!
-//! Not built yet: this crate only fixes the dependency direction
-//! (gateway → planner).
-pub use tablegate_planner as planner;
+//! Built so far: the SQLSTATE mapping. The server itself is the next step.
+
+pub mod sqlstate;
+
+pub use sqlstate::PgError;

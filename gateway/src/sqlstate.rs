@@ -1,0 +1,290 @@
+//! **The one place where errors become SQLSTATEs** (SPEC §5).
+//!
+//! Every error a client can see passes through [`PgError::from`] for the
+//! planner's, catalog's and store's error types. Each variant maps to
+//! exactly one code; detail and hint say what happened and what to do.
+
+use tablegate_catalog::CatalogError;
+use tablegate_planner::PlanError;
+use tablegate_store::StoreError;
+
+/// SQLSTATE for a full scan refused by `tablegate.allow_full_scan = off`:
+/// an implementation-defined class ("TG") so clients can tell it apart.
+pub const FULL_SCAN_REFUSED: &str = "TG001";
+
+/// An error as the client receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgError {
+    /// SQLSTATE.
+    pub code: &'static str,
+    /// Primary message.
+    pub message: String,
+    /// DETAIL.
+    pub detail: Option<String>,
+    /// HINT.
+    pub hint: Option<String>,
+    /// 1-based character position in the query text.
+    pub position: Option<usize>,
+}
+
+impl PgError {
+    /// An error with a code and message.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        PgError {
+            code,
+            message: message.into(),
+            detail: None,
+            hint: None,
+            position: None,
+        }
+    }
+
+    /// With a DETAIL.
+    #[must_use]
+    pub fn detail(mut self, d: impl Into<String>) -> Self {
+        self.detail = Some(d.into());
+        self
+    }
+
+    /// With a HINT.
+    #[must_use]
+    pub fn hint(mut self, h: impl Into<String>) -> Self {
+        self.hint = Some(h.into());
+        self
+    }
+
+    /// With a position.
+    #[must_use]
+    pub fn at(mut self, p: Option<usize>) -> Self {
+        self.position = p;
+        self
+    }
+
+    /// 25P02: the transaction is aborted.
+    pub fn aborted() -> Self {
+        PgError::new(
+            "25P02",
+            "current transaction is aborted, commands ignored until end of transaction block",
+        )
+        .hint("ROLLBACK to end the transaction")
+    }
+
+    /// 57014: cancelled by request or by statement_timeout.
+    pub fn cancelled(by_timeout: bool) -> Self {
+        if by_timeout {
+            PgError::new("57014", "canceling statement due to statement timeout")
+        } else {
+            PgError::new("57014", "canceling statement due to user request")
+        }
+    }
+}
+
+impl From<&StoreError> for PgError {
+    fn from(e: &StoreError) -> Self {
+        let m = e.to_string();
+        match e {
+            StoreError::BatchOperationFailed { index, source } => {
+                let inner = PgError::from(&**source);
+                let detail = match &inner.detail {
+                    Some(d) => format!("{d} (operation {index} of the entity-group transaction)"),
+                    None => format!("Operation {index} of the entity-group transaction failed."),
+                };
+                PgError { detail: Some(detail), ..inner }
+            }
+            StoreError::InvalidTableName { .. } => PgError::new("42602", m)
+                .hint("table names have 3 to 63 characters: a letter, then letters, digits or '_'"),
+            StoreError::TableExists { .. } => PgError::new("42P07", m),
+            StoreError::TableNotFound { name } => PgError::new("42P01", format!("relation \"{name}\" does not exist")),
+            StoreError::InvalidPropertyName { .. } => PgError::new("42602", m),
+            StoreError::KeyTooLong { .. } => PgError::new("54000", m)
+                .hint("PartitionKey and RowKey hold at most 1 KiB (512 UTF-16 code units) each"),
+            StoreError::ForbiddenKeyCharacter { .. } => PgError::new("22023", m)
+                .hint("keys cannot contain / \\ # ? or control characters (U+0000-U+001F, U+007F-U+009F)"),
+            StoreError::TooManyProperties { .. }
+            | StoreError::ValueTooLarge { .. }
+            | StoreError::EntityTooLarge { .. } => PgError::new("54000", m),
+            StoreError::DateTimeOutOfRange { .. } => PgError::new("22008", m)
+                .hint("timestamps range from 1601-01-01 to 9999-12-31 UTC"),
+            StoreError::EntityAlreadyExists {
+                partition_key,
+                row_key,
+            } => PgError::new("23505", "duplicate key value violates the primary key")
+                .detail(format!("Key (PartitionKey, RowKey)=({partition_key}, {row_key}) already exists.")),
+            StoreError::EntityNotFound { .. } | StoreError::ETagMismatch { .. } => {
+                PgError::new("40001", "could not serialize access due to concurrent update")
+                    .detail(m)
+                    .hint("the row changed since it was read: read it again and retry")
+            }
+            StoreError::EmptyBatch => PgError::new("XX000", m),
+            StoreError::BatchTooManyOperations { .. } | StoreError::BatchTooLarge { .. } => PgError::new("54000", m)
+                .hint("an entity-group transaction holds at most 100 operations and 4 MiB"),
+            StoreError::BatchCrossPartition { .. } => PgError::new("0A000", m).hint(
+                "an entity-group transaction stays within one table and one PartitionKey; commit, then write the other partition",
+            ),
+            StoreError::BatchDuplicateEntity { .. } => PgError::new("21000", m),
+            StoreError::InvalidQuery { .. } => PgError::new("22023", m),
+            StoreError::InvalidContinuationToken { .. } => PgError::new("22023", m),
+            StoreError::ServerBusy {
+                scope,
+                target_per_sec,
+                retry_after,
+                ..
+            } => {
+                let detail = match target_per_sec {
+                    Some(t) => format!("{scope} is over its target of {t} entities/s."),
+                    None => format!("{scope} is offline while it moves between partition servers."),
+                };
+                PgError::new("53000", "server busy: the request was throttled and retries ran out")
+                    .detail(detail)
+                    .hint(format!(
+                        "back off and retry (after at least {} ms); spread load over more PartitionKeys",
+                        retry_after.as_millis().max(1)
+                    ))
+            }
+            StoreError::Timeout(_) => PgError::new("53000", m).hint("back off and retry"),
+            StoreError::Corrupt(_) => PgError::new("XX001", m),
+            StoreError::Engine(_) => PgError::new("58030", m),
+        }
+    }
+}
+
+impl From<&CatalogError> for PgError {
+    fn from(e: &CatalogError) -> Self {
+        let m = e.to_string();
+        match e {
+            CatalogError::UnknownTable { .. } => PgError::new("42P01", m),
+            CatalogError::TableExists { .. } => PgError::new("42P07", m),
+            CatalogError::UnknownColumn { .. } => PgError::new("42703", m),
+            CatalogError::DuplicateColumn { .. } => PgError::new("42701", m),
+            CatalogError::UnsupportedType { hint, .. } => PgError::new("0A000", m).hint(*hint),
+            CatalogError::InvalidKey { hint, .. } => PgError::new("42P16", m).hint(*hint),
+            CatalogError::NullValue { hint, .. } => PgError::new("23502", m).hint(*hint),
+            CatalogError::InvalidColumnName { .. } => PgError::new("42939", m),
+            CatalogError::InvalidText { .. } => PgError::new("22P02", m),
+            CatalogError::Corrupt(_) => PgError::new("XX001", m),
+            CatalogError::Store(s) => PgError::from(s),
+        }
+    }
+}
+
+impl From<&PlanError> for PgError {
+    fn from(e: &PlanError) -> Self {
+        let m = e.to_string();
+        match e {
+            PlanError::Syntax { position, .. } => PgError::new("42601", m).at(*position),
+            PlanError::UnknownTable { position, .. } => PgError::new("42P01", m).at(*position),
+            PlanError::UnknownColumn { position, hint, .. } => {
+                let e = PgError::new("42703", m).at(*position);
+                match hint {
+                    Some(h) => e.hint(h.clone()),
+                    None => e,
+                }
+            }
+            PlanError::TypeMismatch { hint, .. } => PgError::new("42883", m).hint(hint.clone()),
+            PlanError::InvalidValue(_) => PgError::new("22P02", m),
+            PlanError::InvalidParameter(_) => PgError::new("22023", m),
+            PlanError::Unsupported { hint, .. } => PgError::new("0A000", m).hint(hint.clone()),
+            PlanError::NeedsAnalytics { .. } => PgError::new("0A000", m).hint(
+                "aggregates, joins, sorts on other columns and functions run in the analytics engine, which this build does not include yet; simple key queries run natively",
+            ),
+            PlanError::FullScanRefused { hint, .. } => PgError::new(FULL_SCAN_REFUSED, m).hint(hint.clone()),
+            PlanError::Catalog(c) => PgError::from(c),
+            PlanError::Store(s) => PgError::from(s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The SPEC §5 table, row by row.
+    #[test]
+    fn the_spec_table() {
+        let syntax = PlanError::Syntax {
+            message: "x".into(),
+            position: Some(8),
+        };
+        assert_eq!(PgError::from(&syntax).code, "42601");
+        assert_eq!(PgError::from(&syntax).position, Some(8));
+        let unknown_table = PlanError::UnknownTable {
+            name: "t".into(),
+            position: None,
+        };
+        assert_eq!(PgError::from(&unknown_table).code, "42P01");
+        let unknown_col = PlanError::UnknownColumn {
+            name: "c".into(),
+            position: Some(3),
+            hint: None,
+        };
+        assert_eq!(PgError::from(&unknown_col).code, "42703");
+        let dup = StoreError::EntityAlreadyExists {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+        };
+        let e = PgError::from(&dup);
+        assert_eq!(e.code, "23505");
+        assert!(e.detail.unwrap().contains("(p, r)"));
+        let etag = StoreError::ETagMismatch {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+            expected: "a".into(),
+            actual: "b".into(),
+        };
+        assert_eq!(PgError::from(&etag).code, "40001");
+        let busy = StoreError::ServerBusy {
+            reason: "r".into(),
+            scope: "partition \"p\" of table t".into(),
+            target_per_sec: Some(2000),
+            retry_after: Duration::from_millis(300),
+        };
+        let e = PgError::from(&busy);
+        assert_eq!(e.code, "53000");
+        assert!(e.detail.as_deref().unwrap().contains("2000"));
+        assert!(e.hint.as_deref().unwrap().contains("back off"));
+        let many = StoreError::BatchOperationFailed {
+            index: 100,
+            source: Box::new(StoreError::BatchTooManyOperations {
+                count: 101,
+                limit: 100,
+            }),
+        };
+        assert_eq!(PgError::from(&many).code, "54000");
+        let cross = StoreError::BatchCrossPartition {
+            index: 1,
+            expected: "a".into(),
+            found: "b".into(),
+        };
+        assert_eq!(PgError::from(&cross).code, "0A000");
+        let bad_key = StoreError::ForbiddenKeyCharacter {
+            kind: tablegate_store::KeyKind::PartitionKey,
+            ch: '/',
+            position: 0,
+        };
+        assert_eq!(PgError::from(&bad_key).code, "22023");
+        let bad_value = CatalogError::InvalidText {
+            ty: "integer",
+            text: "x".into(),
+        };
+        assert_eq!(PgError::from(&bad_value).code, "22P02");
+        assert_eq!(PgError::aborted().code, "25P02");
+        let refused = PlanError::FullScanRefused {
+            table: "t".into(),
+            hint: "add a key".into(),
+        };
+        let e = PgError::from(&refused);
+        assert_eq!(e.code, FULL_SCAN_REFUSED);
+        assert!(e.hint.is_some());
+        assert_eq!(PgError::cancelled(true).code, "57014");
+        // Wrapped errors keep the inner code and name the operation.
+        let wrapped = StoreError::BatchOperationFailed {
+            index: 3,
+            source: Box::new(dup),
+        };
+        let e = PgError::from(&wrapped);
+        assert_eq!(e.code, "23505");
+        assert!(e.detail.unwrap().contains("operation 3"));
+    }
+}
