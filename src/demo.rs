@@ -141,12 +141,11 @@ pub async fn open(dir: &Path, runners: u32) -> Result<Planner, String> {
     Planner::open(store).await.map_err(err)
 }
 
-/// Runs the demo.
-pub async fn run(dir: &Path, runners: u32) -> Result<(), String> {
-    let planner = open(dir, runners).await?;
+/// Prints the demo's orientation: table layout and the queries to try.
+pub fn describe(planner: &Planner) -> Result<(), String> {
     let stats = planner.store().table_stats_blocking(TABLE).map_err(err)?;
     println!(
-        "\ntable {TABLE}: {} entities in {} partitions",
+        "table {TABLE}: {} entities in {} partitions",
         stats.entities, stats.partitions
     );
     for r in planner.store().ranges(TABLE).map_err(err)? {
@@ -158,6 +157,16 @@ pub async fn run(dir: &Path, runners: u32) -> Result<(), String> {
             r.entities
         );
     }
+    println!("\nTry one query of each class, with EXPLAIN ANALYZE in front to see what it costs:");
+    for (class, sql) in example_queries() {
+        println!("  -- {class}\n  {sql};");
+    }
+    println!("  -- and the guardrail:\n  SET tablegate.allow_full_scan = off;");
+    Ok(())
+}
+
+/// Prints EXPLAIN ANALYZE of every example query (no server).
+pub async fn explain_examples(planner: &Planner) -> Result<(), String> {
     let opts = ExecOptions::default();
     for (class, sql) in example_queries() {
         println!("\n=== {class}\n{sql};\n");
@@ -173,12 +182,5 @@ pub async fn run(dir: &Path, runners: u32) -> Result<(), String> {
             println!("{line}");
         }
     }
-    println!(
-        "\nThrottling is on at the seeds' targets (2,000 entities/s per partition, 10,000/s per\n\
-         partition server, 20,000/s per account) and counts every entity scanned.\n\
-         Data is in {}; run again to query it without reloading.\n\
-         psql access arrives with the gateway (issue 5); this demo runs the SQL planner directly.",
-        dir.display()
-    );
     Ok(())
 }

@@ -1,18 +1,18 @@
-//! The `tablegate` binary.
-//!
-//! Today it has one job, `tablegate demo`: load the seeds' race
-//! registrations into a durable embedded store behind the partition layer
-//! and show what one access of each class costs. `serve` (the PostgreSQL
-//! wire protocol) arrives with the gateway; until then the demo talks to the
-//! store API directly.
+//! The `tablegate` binary: `serve` a data directory over the PostgreSQL
+//! wire protocol, or run the `demo` (the seeds' race registrations, loaded
+//! on first use, then served).
 
 mod demo;
 mod race;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tablegate_gateway::{Server, ServerConfig};
+use tablegate_planner::Planner;
+use tablegate_store::{LocalStore, PartitionConfig, PartitionedStore, StoreOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -25,27 +25,122 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Data directory (created if missing).
+    #[arg(long, default_value = "tablegate-data", env = "TABLEGATE_DATA")]
+    data: PathBuf,
+    /// Address to listen on (loopback only: authentication is trust).
+    #[arg(long, default_value = "127.0.0.1:5433", env = "TABLEGATE_LISTEN")]
+    listen: SocketAddr,
+    /// Most concurrent connections; more are refused with SQLSTATE 53300.
+    #[arg(long, default_value_t = 100)]
+    max_connections: usize,
+    /// Throttling at the seeds' scalability targets (on) or none (off).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    throttle: String,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Load the seeds' race-registration data and run one access of each
-    /// class (point, row-range, partition-range, full scan), showing what
-    /// each costs.
+    /// Serve a data directory over the PostgreSQL wire protocol.
+    Serve(ServeArgs),
+    /// Load the seeds' race registrations (on first use) and serve them.
     Demo {
-        /// Data directory (created if missing; loaded once).
-        #[arg(long, default_value = "tablegate-data")]
-        data: PathBuf,
+        #[command(flatten)]
+        serve: ServeArgs,
         /// Runners per event and distance (each is two entities).
         #[arg(long, default_value_t = 2_000)]
         runners: u32,
+        /// Print EXPLAIN ANALYZE of the example queries and exit instead
+        /// of serving.
+        #[arg(long)]
+        explain_only: bool,
     },
+}
+
+async fn open(args: &ServeArgs) -> Result<Planner, String> {
+    let local = LocalStore::open(&args.data, StoreOptions::default()).map_err(|e| e.to_string())?;
+    let config = PartitionConfig {
+        targets: (args.throttle == "on").then(Default::default),
+        ..Default::default()
+    };
+    let store = PartitionedStore::new(local, config).map_err(|e| e.to_string())?;
+    Planner::open(store).await.map_err(|e| e.to_string())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn serve(planner: Planner, args: &ServeArgs) -> Result<(), String> {
+    let _balancer = planner.store().spawn_balancer();
+    let server = Server::bind(
+        args.listen,
+        planner,
+        ServerConfig {
+            max_connections: args.max_connections,
+            ..Default::default()
+        },
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let addr = server.local_addr().map_err(|e| e.to_string())?;
+    println!("tablegate listening on {addr}");
+    println!(
+        "connect with: psql -h {} -p {} -U tablegate tablegate",
+        addr.ip(),
+        addr.port()
+    );
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    server
+        .run(shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("tablegate stopped");
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Demo { data, runners } => demo::run(&data, runners).await,
-    };
+    let result = async {
+        match cli.command {
+            Command::Serve(args) => {
+                let planner = open(&args).await?;
+                serve(planner, &args).await
+            }
+            Command::Demo {
+                serve: args,
+                runners,
+                explain_only,
+            } => {
+                let planner = demo::open(&args.data, runners).await?;
+                if explain_only {
+                    return demo::explain_examples(&planner).await;
+                }
+                // Reopen with the requested throttle setting.
+                drop(planner);
+                let planner = open(&args).await?;
+                demo::describe(&planner)?;
+                println!();
+                serve(planner, &args).await
+            }
+        }
+    }
+    .await;
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,10 +1,23 @@
-//! The PostgreSQL wire protocol in front of the planner: sessions, prepared
-//! statements, portals, transactions as entity-group transactions,
-//! authentication, TLS, cancellation — and [`sqlstate`], the one place
-//! where errors become SQLSTATEs.
+//! The PostgreSQL wire protocol in front of the planner.
 //!
-//! Built so far: the SQLSTATE mapping. The server itself is the next step.
+//! - [`server`] — the listener: one task per connection, a connection limit
+//!   answered with SQLSTATE 53300, graceful shutdown.
+//! - [`handler`] — per-connection handlers for the simple and extended query
+//!   protocols, sharing one `prepare` → `run` path; results stream.
+//! - [`session`] — SET / SHOW settings, per connection.
+//! - [`encode`] — Arrow record batches to DataRows (text and binary).
+//! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
+//!
+//! Deliberately limited for now (see the README): trust authentication on
+//! loopback only (no SCRAM, no TLS yet), no cancel requests, no cursors or
+//! COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
+//! BEGIN/COMMIT accepted but carrying no writes.
 
+pub mod encode;
+pub mod handler;
+pub mod server;
+pub mod session;
 pub mod sqlstate;
 
+pub use server::{Server, ServerConfig};
 pub use sqlstate::PgError;

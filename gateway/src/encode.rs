@@ -1,0 +1,195 @@
+//! Results on the wire: planner columns to RowDescription fields, and Arrow
+//! record batches to DataRows in text or binary format, streamed batch by
+//! batch (never the whole result in memory).
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int32Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::DataType;
+use futures::Stream;
+use pgwire::api::Type;
+use pgwire::api::portal::Format;
+use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
+use tablegate_catalog::SqlType;
+use tablegate_planner::RowStream;
+use tablegate_planner::plan::OutputColumn;
+
+use crate::sqlstate::PgError;
+
+/// The PostgreSQL type of a column type.
+pub fn pg_type(t: SqlType) -> Type {
+    Type::from_oid(t.pg_oid()).unwrap_or(Type::TEXT)
+}
+
+/// RowDescription fields for result columns; `format` picks text or binary
+/// per column as the client asked.
+pub fn fields(columns: &[OutputColumn], format: Option<&Format>) -> Vec<FieldInfo> {
+    columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let f = format.map_or(FieldFormat::Text, |f| f.format_for(i));
+            FieldInfo::new(c.name.clone(), None, None, pg_type(c.column.ty), f)
+        })
+        .collect()
+}
+
+/// One text column (EXPLAIN's "QUERY PLAN", SHOW's value).
+pub fn text_field(name: &str) -> Vec<FieldInfo> {
+    vec![FieldInfo::new(
+        name.to_owned(),
+        None,
+        None,
+        Type::TEXT,
+        FieldFormat::Text,
+    )]
+}
+
+/// Turns a PgError into pgwire's error.
+pub fn wire_error(e: PgError) -> PgWireError {
+    PgWireError::UserError(Box::new(error_info(e)))
+}
+
+/// pgwire's ErrorInfo for a PgError.
+pub fn error_info(e: PgError) -> ErrorInfo {
+    let mut info = ErrorInfo::new("ERROR".to_owned(), e.code.to_owned(), e.message);
+    info.detail = e.detail;
+    info.hint = e.hint;
+    info.position = e.position.map(|p| p.to_string());
+    info
+}
+
+/// Encodes every row of a batch.
+fn encode_batch(
+    batch: &RecordBatch,
+    fields: &Arc<Vec<FieldInfo>>,
+    out: &mut Vec<DataRow>,
+) -> PgWireResult<()> {
+    let mut enc = DataRowEncoder::new(fields.clone());
+    for row in 0..batch.num_rows() {
+        for (col, field) in batch.columns().iter().zip(fields.iter()) {
+            let ty = field.datatype();
+            let binary = field.format() == FieldFormat::Binary;
+            if col.is_null(row) {
+                enc.encode_field(&None::<i32>)?;
+                continue;
+            }
+            match col.data_type() {
+                DataType::Utf8 => enc.encode_field(&col.as_string::<i32>().value(row))?,
+                DataType::Int32 => enc.encode_field(&col.as_primitive::<Int32Type>().value(row))?,
+                DataType::Int64 => enc.encode_field(&col.as_primitive::<Int64Type>().value(row))?,
+                DataType::Float64 => {
+                    enc.encode_field(&col.as_primitive::<Float64Type>().value(row))?
+                }
+                DataType::Boolean => enc.encode_field(&col.as_boolean().value(row))?,
+                DataType::Timestamp(_, tz) => {
+                    let micros = col.as_primitive::<TimestampMicrosecondType>().value(row);
+                    let t = chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default();
+                    if tz.is_some() {
+                        enc.encode_field(&t)?;
+                    } else {
+                        enc.encode_field(&t.naive_utc())?;
+                    }
+                }
+                DataType::FixedSizeBinary(16) => {
+                    let b = col.as_fixed_size_binary().value(row);
+                    if binary {
+                        enc.encode_field_with_type_and_format(
+                            &b,
+                            ty,
+                            FieldFormat::Binary,
+                            field.format_options(),
+                        )?;
+                    } else {
+                        let text = uuid_text(b);
+                        enc.encode_field_with_type_and_format(
+                            &text,
+                            ty,
+                            FieldFormat::Text,
+                            field.format_options(),
+                        )?;
+                    }
+                }
+                DataType::Binary => enc.encode_field(&col.as_binary::<i32>().value(row))?,
+                other => {
+                    return Err(wire_error(PgError::new(
+                        "0A000",
+                        format!("cannot send values of Arrow type {other}"),
+                    )));
+                }
+            }
+        }
+        out.push(enc.take_row());
+    }
+    Ok(())
+}
+
+fn uuid_text(b: &[u8]) -> String {
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// DataRows of a running query, produced batch by batch as the client
+/// reads them.
+/// Past `deadline` (statement_timeout) the stream ends with 57014.
+pub fn row_stream(
+    rows: RowStream,
+    fields: Arc<Vec<FieldInfo>>,
+    deadline: Option<std::time::Instant>,
+) -> impl Stream<Item = PgWireResult<DataRow>> + Send {
+    futures::stream::unfold(
+        (rows, std::collections::VecDeque::<DataRow>::new(), false),
+        move |(mut rows, mut pending, done)| {
+            let fields = fields.clone();
+            async move {
+                loop {
+                    if let Some(r) = pending.pop_front() {
+                        return Some((Ok(r), (rows, pending, done)));
+                    }
+                    if done {
+                        return None;
+                    }
+                    let next = match deadline {
+                        Some(d) => match tokio::time::timeout_at(d.into(), rows.next()).await {
+                            Ok(n) => n,
+                            Err(_) => {
+                                return Some((
+                                    Err(wire_error(PgError::cancelled(true))),
+                                    (rows, pending, true),
+                                ));
+                            }
+                        },
+                        None => rows.next().await,
+                    };
+                    match next {
+                        None => return None,
+                        Some(Err(e)) => {
+                            return Some((
+                                Err(wire_error(PgError::from(&e))),
+                                (rows, pending, true),
+                            ));
+                        }
+                        Some(Ok(batch)) => {
+                            let mut v = Vec::with_capacity(batch.num_rows());
+                            if let Err(e) = encode_batch(&batch, &fields, &mut v) {
+                                return Some((Err(e), (rows, pending, true)));
+                            }
+                            pending.extend(v);
+                        }
+                    }
+                }
+            }
+        },
+    )
+}

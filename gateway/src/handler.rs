@@ -1,0 +1,607 @@
+//! The protocol handlers: one [`Connection`] per client socket, holding the
+//! session, answering the simple and extended query protocols.
+//!
+//! Both protocols share [`prepare`] (SQL → [`Prepared`]) and
+//! [`ConnHandler::run`] (Prepared + parameters → response). Results stream:
+//! a simple query's rows are produced as pgwire sends them; an extended
+//! Execute without a row limit writes DataRows as store pages arrive, and
+//! one with a row limit leaves the live scan in the suspended portal, so
+//! the next Execute resumes it (pgwire's default would collect every row
+//! first).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use futures::{Sink, SinkExt, StreamExt};
+use parking_lot::Mutex;
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{DataRowEncoder, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::response::NoticeResponse;
+use sqlparser::ast::{self, Statement};
+use tablegate_catalog::SqlType;
+use tablegate_planner::{Plan, Planner, SelectPlan};
+use tablegate_store::Value;
+
+use crate::encode::{self, error_info, fields, pg_type, text_field, wire_error};
+use crate::session::{Session, version_string};
+use crate::sqlstate::PgError;
+
+/// A statement ready to run, shared by both protocols.
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    /// A SELECT.
+    Select(Arc<SelectPlan>),
+    /// EXPLAIN [ANALYZE] [FORMAT JSON].
+    Explain {
+        /// Run it too.
+        analyze: bool,
+        /// JSON output.
+        json: bool,
+        /// The SELECT.
+        select: Arc<SelectPlan>,
+    },
+    /// CREATE / DROP / ALTER TABLE.
+    Ddl(Plan),
+    /// SET name = value.
+    Set(String, String),
+    /// RESET name.
+    Reset(String),
+    /// SHOW name / SHOW ALL.
+    Show(String),
+    /// BEGIN.
+    Begin,
+    /// COMMIT.
+    Commit,
+    /// ROLLBACK.
+    Rollback,
+    /// SELECT version().
+    Version,
+}
+
+fn expr_text(e: &ast::Expr) -> String {
+    match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        ast::Expr::Identifier(i) => i.value.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Is this `SELECT version()`?
+fn is_version_query(q: &ast::Query) -> bool {
+    match &*q.body {
+        ast::SetExpr::Select(s) if s.from.is_empty() && s.projection.len() == 1 => matches!(
+            &s.projection[0],
+            ast::SelectItem::UnnamedExpr(ast::Expr::Function(f)) if f.name.to_string().eq_ignore_ascii_case("version")
+        ),
+        _ => false,
+    }
+}
+
+/// Plans one statement.
+pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepared, PgError> {
+    let plan_err = |e: tablegate_planner::PlanError| PgError::from(&e);
+    Ok(match stmt {
+        Statement::Query(q) if is_version_query(q) => Prepared::Version,
+        Statement::Set(ast::Set::SingleAssignment {
+            variable, values, ..
+        }) => {
+            let value = values.iter().map(expr_text).collect::<Vec<_>>().join(", ");
+            Prepared::Set(variable.to_string(), value)
+        }
+        Statement::Set(ast::Set::SetTimeZone { value, .. }) => {
+            Prepared::Set("TimeZone".into(), expr_text(value))
+        }
+        Statement::Set(ast::Set::SetNames { charset_name, .. }) => {
+            Prepared::Set("client_encoding".into(), charset_name.to_string())
+        }
+        Statement::Reset(r) => Prepared::Reset(match &r.reset {
+            ast::Reset::ConfigurationParameter(n) => n.to_string(),
+            ast::Reset::ALL => {
+                return Err(PgError::new("0A000", "RESET ALL is not supported")
+                    .hint("reset settings one by one"));
+            }
+        }),
+        Statement::ShowVariable { variable } => Prepared::Show(
+            variable
+                .iter()
+                .map(|i| i.value.clone())
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        Statement::StartTransaction { .. } => Prepared::Begin,
+        Statement::Commit { .. } => Prepared::Commit,
+        Statement::Rollback {
+            savepoint: None, ..
+        } => Prepared::Rollback,
+        Statement::Insert(_)
+        | Statement::Update(_)
+        | Statement::Delete(_)
+        | Statement::Copy { .. } => {
+            let verb = stmt
+                .to_string()
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_uppercase();
+            return Err(PgError::new("0A000", format!("{verb} is not supported yet"))
+                .hint("this build serves reads and DDL; writes over SQL (with entity-group transactions) are the next milestone"));
+        }
+        other => match planner.plan(other, sql).map_err(plan_err)? {
+            Plan::Select(s) => Prepared::Select(s),
+            Plan::Explain {
+                analyze,
+                json,
+                select,
+            } => Prepared::Explain {
+                analyze,
+                json,
+                select,
+            },
+            p @ (Plan::CreateTable { .. } | Plan::DropTable { .. } | Plan::AddColumn { .. }) => {
+                Prepared::Ddl(p)
+            }
+            Plan::Other(s) => {
+                let verb = s
+                    .to_string()
+                    .split_whitespace()
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .to_uppercase();
+                return Err(PgError::new("0A000", format!("{verb} is not supported")));
+            }
+        },
+    })
+}
+
+/// One client connection's handlers and session.
+#[derive(Debug)]
+pub struct ConnHandler {
+    planner: Planner,
+    session: Mutex<Session>,
+    parser: Arc<StatementParser>,
+}
+
+/// The handler set pgwire drives for one socket.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    handler: Arc<ConnHandler>,
+}
+
+impl Connection {
+    /// A fresh session over `planner`.
+    pub fn new(planner: Planner) -> Self {
+        Connection {
+            handler: Arc::new(ConnHandler {
+                parser: Arc::new(StatementParser {
+                    planner: planner.clone(),
+                }),
+                planner,
+                session: Mutex::new(Session::default()),
+            }),
+        }
+    }
+}
+
+impl PgWireServerHandlers for Connection {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.handler.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
+        self.handler.clone()
+    }
+}
+
+// Trust authentication; the server only accepts it on loopback.
+impl NoopStartupHandler for ConnHandler {}
+
+fn one_text_row(name: &str, values: &[String]) -> Response {
+    let f = Arc::new(text_field(name));
+    let mut enc = DataRowEncoder::new(f.clone());
+    let rows: Vec<_> = values
+        .iter()
+        .map(|v| enc.encode_field(&v.as_str()).map(|_| enc.take_row()))
+        .collect();
+    Response::Query(QueryResponse::new(f, futures::stream::iter(rows)))
+}
+
+async fn notice<C>(client: &mut C, message: String) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let mut info = error_info(PgError::new("00000", message));
+    info.severity = "NOTICE".to_owned();
+    client
+        .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
+            info,
+        )))
+        .await?;
+    Ok(())
+}
+
+impl ConnHandler {
+    /// Runs a prepared statement.
+    async fn run<C>(
+        &self,
+        client: &mut C,
+        p: &Prepared,
+        params: &[Option<Value>],
+        format: Option<&Format>,
+    ) -> Result<Response, PgError>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let plan_err = |e: tablegate_planner::PlanError| PgError::from(&e);
+        let (opts, deadline) = {
+            let s = self.session.lock();
+            (
+                s.exec_options(),
+                s.statement_timeout().map(|t| Instant::now() + t),
+            )
+        };
+        Ok(match p {
+            Prepared::Select(select) => {
+                let rows = self
+                    .planner
+                    .execute(select, params, &opts)
+                    .map_err(plan_err)?;
+                let f = Arc::new(fields(&select.columns, format));
+                Response::Query(QueryResponse::new(
+                    f.clone(),
+                    encode::row_stream(rows, f, deadline),
+                ))
+            }
+            Prepared::Explain {
+                analyze,
+                json,
+                select,
+            } => {
+                let run = self.planner.explain(select, params, *analyze, *json, &opts);
+                let lines = match deadline {
+                    Some(d) => tokio::time::timeout_at(d.into(), run)
+                        .await
+                        .map_err(|_| PgError::cancelled(true))?,
+                    None => run.await,
+                }
+                .map_err(plan_err)?;
+                one_text_row("QUERY PLAN", &lines)
+            }
+            Prepared::Ddl(plan) => {
+                let outcome = self.planner.run_ddl(plan).await.map_err(plan_err)?;
+                if let Some(n) = outcome.notice {
+                    notice(client, n)
+                        .await
+                        .map_err(|e| PgError::new("08006", e.to_string()))?;
+                }
+                Response::Execution(Tag::new(outcome.tag))
+            }
+            Prepared::Set(name, value) => {
+                self.session.lock().set(name, value)?;
+                Response::Execution(Tag::new("SET"))
+            }
+            Prepared::Reset(name) => {
+                self.session.lock().reset(name)?;
+                Response::Execution(Tag::new("RESET"))
+            }
+            Prepared::Show(name) if name.eq_ignore_ascii_case("all") => {
+                let s = self.session.lock();
+                let f = Arc::new(vec![
+                    FieldInfo::new(
+                        "name".into(),
+                        None,
+                        None,
+                        Type::TEXT,
+                        pgwire::api::results::FieldFormat::Text,
+                    ),
+                    FieldInfo::new(
+                        "setting".into(),
+                        None,
+                        None,
+                        Type::TEXT,
+                        pgwire::api::results::FieldFormat::Text,
+                    ),
+                ]);
+                let mut enc = DataRowEncoder::new(f.clone());
+                let rows: Vec<_> = s
+                    .all()
+                    .map(|(k, v)| {
+                        enc.encode_field(&k.as_str())?;
+                        enc.encode_field(&v.as_str())?;
+                        Ok(enc.take_row())
+                    })
+                    .collect();
+                Response::Query(QueryResponse::new(f, futures::stream::iter(rows)))
+            }
+            Prepared::Show(name) => {
+                let v = self.session.lock().get(name)?;
+                one_text_row(name, &[v])
+            }
+            Prepared::Begin => Response::TransactionStart(Tag::new("BEGIN")),
+            Prepared::Commit => Response::TransactionEnd(Tag::new("COMMIT")),
+            Prepared::Rollback => Response::TransactionEnd(Tag::new("ROLLBACK")),
+            Prepared::Version => one_text_row("version", &[version_string()]),
+        })
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for ConnHandler {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let error = |e: PgError| Response::Error(Box::new(error_info(e)));
+        let stmts = match Planner::parse(query) {
+            Ok(s) => s,
+            Err(e) => return Ok(vec![error(PgError::from(&e))]),
+        };
+        let mut failed =
+            client.transaction_status() == pgwire::messages::response::TransactionStatus::Error;
+        let mut out = Vec::with_capacity(stmts.len());
+        for stmt in &stmts {
+            let is_end = matches!(stmt, Statement::Commit { .. } | Statement::Rollback { .. });
+            if failed && !is_end {
+                out.push(error(PgError::aborted()));
+                break;
+            }
+            let result = match prepare(&self.planner, stmt, query) {
+                Ok(p) if failed => {
+                    // COMMIT of a failed transaction rolls it back.
+                    let _ = p;
+                    Ok(Response::TransactionEnd(Tag::new("ROLLBACK")))
+                }
+                Ok(p) => self.run(client, &p, &[], None).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    out.push(error(e));
+                    break;
+                }
+            }
+            failed = false;
+        }
+        Ok(out)
+    }
+}
+
+/// Parses and plans statements for the extended protocol.
+#[derive(Debug)]
+pub struct StatementParser {
+    planner: Planner,
+}
+
+#[async_trait]
+impl QueryParser for StatementParser {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Prepared>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let stmts = Planner::parse(sql).map_err(|e| wire_error(PgError::from(&e)))?;
+        match stmts.as_slice() {
+            [] => Ok(None),
+            [stmt] => prepare(&self.planner, stmt, sql)
+                .map(Some)
+                .map_err(wire_error),
+            _ => Err(wire_error(PgError::new(
+                "42601",
+                "cannot insert multiple commands into a prepared statement",
+            ))),
+        }
+    }
+
+    fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        Ok(match stmt {
+            Prepared::Select(s) | Prepared::Explain { select: s, .. } => {
+                s.param_types.iter().map(|t| pg_type(*t)).collect()
+            }
+            _ => Vec::new(),
+        })
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Prepared,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        Ok(match stmt {
+            Prepared::Select(s) => fields(&s.columns, format),
+            Prepared::Explain { .. } => text_field("QUERY PLAN"),
+            Prepared::Show(n) => text_field(n),
+            Prepared::Version => text_field("version"),
+            _ => Vec::new(),
+        })
+    }
+}
+
+/// Decodes parameter `i` of a portal as the SQL type the planner inferred,
+/// honouring the type the client declared (tokio-postgres and JDBC bind
+/// typed values; psql and simple drivers send text).
+fn decode_param(
+    portal: &Portal<Prepared>,
+    i: usize,
+    want: SqlType,
+) -> Result<Option<Value>, PgError> {
+    let declared = portal
+        .statement
+        .parameter_types
+        .get(i)
+        .cloned()
+        .flatten()
+        .filter(|t| *t != Type::UNKNOWN)
+        .unwrap_or_else(|| pg_type(want));
+    let bad = |e: PgWireError| PgError::new("22P02", format!("parameter ${}: {e}", i + 1));
+    let v: Option<Value> = match declared {
+        Type::INT2 => portal
+            .parameter::<i16>(i, &declared)
+            .map_err(bad)?
+            .map(|v| Value::Int64(v.into())),
+        Type::INT4 => portal
+            .parameter::<i32>(i, &declared)
+            .map_err(bad)?
+            .map(|v| Value::Int64(v.into())),
+        Type::INT8 => portal
+            .parameter::<i64>(i, &declared)
+            .map_err(bad)?
+            .map(Value::Int64),
+        Type::FLOAT4 => portal
+            .parameter::<f32>(i, &declared)
+            .map_err(bad)?
+            .map(|v| Value::Double(v.into())),
+        Type::FLOAT8 => portal
+            .parameter::<f64>(i, &declared)
+            .map_err(bad)?
+            .map(Value::Double),
+        Type::BOOL => portal
+            .parameter::<bool>(i, &declared)
+            .map_err(bad)?
+            .map(Value::Boolean),
+        Type::TIMESTAMPTZ => portal
+            .parameter::<chrono::DateTime<chrono::FixedOffset>>(i, &declared)
+            .map_err(bad)?
+            .map(|t| Value::DateTime(tablegate_store::DateTime(t.timestamp_micros()))),
+        Type::TIMESTAMP => portal
+            .parameter::<chrono::NaiveDateTime>(i, &declared)
+            .map_err(bad)?
+            .map(|t| Value::DateTime(tablegate_store::DateTime(t.and_utc().timestamp_micros()))),
+        _ => match portal.parameter::<String>(i, &Type::TEXT).map_err(bad)? {
+            None => None,
+            Some(s) => Some(want.parse_text(&s).map_err(|e| PgError::from(&e))?),
+        },
+    };
+    // Numbers meet the column's numeric type; everything else must match.
+    Ok(match (v, want) {
+        (None, _) => None,
+        (Some(Value::Int64(n)), SqlType::Int4) => {
+            Some(Value::Int32(i32::try_from(n).map_err(|_| {
+                PgError::new(
+                    "22003",
+                    format!("parameter ${}: {n} is out of range for type integer", i + 1),
+                )
+            })?))
+        }
+        (Some(Value::Int64(n)), SqlType::Float8) => Some(Value::Double(n as f64)),
+        (Some(v), want) if v.edm_type() == want.edm() => Some(v),
+        (Some(v), want) => {
+            return Err(PgError::new(
+                "42804",
+                format!(
+                    "parameter ${} is {} but {} is expected",
+                    i + 1,
+                    v.edm_type().name(),
+                    want.pg_name()
+                ),
+            ));
+        }
+    })
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for ConnHandler {
+    type Statement = Prepared;
+    type QueryParser = StatementParser;
+
+    fn query_parser(&self) -> Arc<StatementParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+        max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let error = |e: PgError| Response::Error(Box::new(error_info(e)));
+        let p = &portal.statement.statement;
+        if client.transaction_status() == pgwire::messages::response::TransactionStatus::Error
+            && !matches!(p, Prepared::Commit | Prepared::Rollback)
+        {
+            return Ok(error(PgError::aborted()));
+        }
+        let param_types: &[SqlType] = match p {
+            Prepared::Select(s) | Prepared::Explain { select: s, .. } => &s.param_types,
+            _ => &[],
+        };
+        if portal.parameter_len() != param_types.len() {
+            return Ok(error(PgError::new(
+                "08P01",
+                format!(
+                    "bind message supplies {} parameters, but prepared statement requires {}",
+                    portal.parameter_len(),
+                    param_types.len()
+                ),
+            )));
+        }
+        let mut params = Vec::with_capacity(param_types.len());
+        for (i, t) in param_types.iter().enumerate() {
+            match decode_param(portal, i, *t) {
+                Ok(v) => params.push(v),
+                Err(e) => return Ok(error(e)),
+            }
+        }
+        let response = match self
+            .run(client, p, &params, Some(&portal.result_column_format))
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => return Ok(error(e)),
+        };
+        match response {
+            // No row limit: write rows as they come and complete here, so
+            // pgwire never collects the result.
+            Response::Query(mut q) if max_rows == 0 => {
+                let mut n = 0usize;
+                while let Some(row) = q.data_rows().next().await {
+                    match row {
+                        Ok(row) => {
+                            client.feed(PgWireBackendMessage::DataRow(row)).await?;
+                            n += 1;
+                        }
+                        Err(PgWireError::UserError(info)) => return Ok(Response::Error(info)),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(Response::Execution(Tag::new(q.command_tag()).with_rows(n)))
+            }
+            other => Ok(other),
+        }
+    }
+}

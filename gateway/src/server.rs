@@ -1,0 +1,162 @@
+//! The listener: accepts sockets, runs one task per connection, refuses
+//! connections over the limit with SQLSTATE 53300 (after reading the
+//! client's startup packet, as PostgreSQL does, so the client shows the
+//! error instead of a dropped socket), and shuts down gracefully: on the
+//! shutdown signal it stops accepting and waits for connections to finish
+//! their statements, up to a grace period.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tablegate_planner::Planner;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::handler::Connection;
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Most concurrent connections.
+    pub max_connections: usize,
+    /// How long shutdown waits for connections to finish.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_connections: 100,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A bound server.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    planner: Planner,
+    config: ServerConfig,
+}
+
+impl Server {
+    /// Binds `addr`. Authentication is trust, so only loopback addresses
+    /// are accepted until password authentication exists.
+    pub async fn bind(
+        addr: SocketAddr,
+        planner: Planner,
+        config: ServerConfig,
+    ) -> std::io::Result<Server> {
+        if !addr.ip().is_loopback() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "refusing to listen on {addr}: this build only has trust authentication, which is allowed on loopback addresses only"
+                ),
+            ));
+        }
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Server {
+            listener,
+            planner,
+            config,
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `shutdown` completes, then drains connections.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        let active = Arc::new(AtomicUsize::new(0));
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.listener.accept() => {
+                    let (socket, _) = match accepted {
+                        Ok(s) => s,
+                        // Transient accept errors (e.g. too many open files)
+                        // must not stop the server.
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = socket.set_nodelay(true);
+                    if active.load(Ordering::SeqCst) >= self.config.max_connections {
+                        tokio::spawn(refuse(socket));
+                        continue;
+                    }
+                    active.fetch_add(1, Ordering::SeqCst);
+                    let guard = ActiveGuard(active.clone());
+                    let handlers = Connection::new(self.planner.clone());
+                    tokio::spawn(async move {
+                        let _guard = guard;
+                        // Protocol errors end this connection only.
+                        let _ = pgwire::tokio::process_socket(socket, None, handlers).await;
+                    });
+                }
+            }
+        }
+        let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
+        while active.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+}
+
+struct ActiveGuard(Arc<AtomicUsize>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Answers an over-limit client with FATAL 53300: declines SSL if asked,
+/// reads the startup packet, sends the error, closes.
+async fn refuse(mut socket: TcpStream) {
+    let work = async {
+        loop {
+            let len = socket.read_i32().await? as usize;
+            if !(8..=10_000).contains(&len) {
+                return Ok::<_, std::io::Error>(());
+            }
+            let mut body = vec![0u8; len - 4];
+            socket.read_exact(&mut body).await?;
+            let code = u32::from_be_bytes(body[..4].try_into().expect("4 bytes"));
+            // SSLRequest / GSSENCRequest: decline, the startup packet follows.
+            if code == 80_877_103 || code == 80_877_104 {
+                socket.write_all(b"N").await?;
+                continue;
+            }
+            break;
+        }
+        let mut fields = Vec::new();
+        for (tag, value) in [
+            (b'S', "FATAL"),
+            (b'V', "FATAL"),
+            (b'C', "53300"),
+            (b'M', "sorry, too many clients already"),
+        ] {
+            fields.push(tag);
+            fields.extend_from_slice(value.as_bytes());
+            fields.push(0);
+        }
+        fields.push(0);
+        let mut msg = vec![b'E'];
+        msg.extend_from_slice(&((fields.len() + 4) as i32).to_be_bytes());
+        msg.extend_from_slice(&fields);
+        socket.write_all(&msg).await?;
+        socket.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), work).await;
+}

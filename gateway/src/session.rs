@@ -1,0 +1,236 @@
+//! Per-connection state: the settings a session can SET and SHOW.
+//!
+//! Defaults are what PostgreSQL reports; drivers set a handful at connect
+//! time (client_encoding, DateStyle, TimeZone, extra_float_digits,
+//! application_name). tablegate's own settings live under `tablegate.`.
+//! Deliberately limited: timestamps are always rendered in UTC whatever
+//! TimeZone says, and DateStyle output is always ISO.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tablegate_planner::ExecOptions;
+use tablegate_store::RetryPolicy;
+
+use crate::sqlstate::PgError;
+
+/// The version string `version()` returns.
+pub fn version_string() -> String {
+    format!(
+        "PostgreSQL 15.0 (tablegate {}) on a partitioned table store with Azure Table semantics",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+const DEFAULTS: &[(&str, &str)] = &[
+    ("application_name", ""),
+    ("client_encoding", "UTF8"),
+    ("datestyle", "ISO, MDY"),
+    ("extra_float_digits", "1"),
+    ("integer_datetimes", "on"),
+    ("intervalstyle", "postgres"),
+    ("search_path", "public"),
+    ("server_encoding", "UTF8"),
+    ("server_version", "15.0"),
+    ("standard_conforming_strings", "on"),
+    ("statement_timeout", "0"),
+    ("timezone", "UTC"),
+    ("transaction_isolation", "serializable"),
+    ("tablegate.allow_full_scan", "on"),
+    ("tablegate.page_size", "1000"),
+    ("tablegate.retry_policy", "exponential"),
+    ("tablegate.retry_max", "5"),
+];
+
+/// Settings PostgreSQL reports but does not let a session change.
+const READ_ONLY: &[&str] = &["server_version", "server_encoding", "integer_datetimes"];
+
+/// A session's settings.
+#[derive(Debug, Clone)]
+pub struct Session {
+    settings: BTreeMap<String, String>,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Session {
+            settings: DEFAULTS
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" | "t" => Some(true),
+        "off" | "false" | "no" | "0" | "f" => Some(false),
+        _ => None,
+    }
+}
+
+/// `statement_timeout` values: an integer of milliseconds or with a unit.
+fn parse_millis(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (n, unit) = v.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    Some(match unit.trim() {
+        "" | "ms" => n,
+        "s" => n * 1000,
+        "min" => n * 60_000,
+        "h" => n * 3_600_000,
+        _ => return None,
+    })
+}
+
+impl Session {
+    /// The value of a setting (names are case-insensitive).
+    pub fn get(&self, name: &str) -> Result<String, PgError> {
+        let key = name.to_ascii_lowercase();
+        self.settings.get(&key).cloned().ok_or_else(|| {
+            PgError::new(
+                "42704",
+                format!("unrecognized configuration parameter \"{name}\""),
+            )
+        })
+    }
+
+    /// Every setting, by name (SHOW ALL).
+    pub fn all(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.settings.iter()
+    }
+
+    /// SET name = value, validated.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), PgError> {
+        let key = name.to_ascii_lowercase();
+        let bad = |hint: &str| {
+            PgError::new(
+                "22023",
+                format!("invalid value for parameter \"{name}\": \"{value}\""),
+            )
+            .hint(hint.to_owned())
+        };
+        if READ_ONLY.contains(&key.as_str()) {
+            return Err(PgError::new(
+                "55P02",
+                format!("parameter \"{name}\" cannot be changed"),
+            ));
+        }
+        let value = match key.as_str() {
+            "client_encoding" => match value.to_ascii_uppercase().replace('-', "").as_str() {
+                "UTF8" | "UNICODE" => "UTF8".to_owned(),
+                _ => return Err(bad("tablegate speaks UTF8 only")),
+            },
+            "statement_timeout" => parse_millis(value)
+                .map(|ms| ms.to_string())
+                .ok_or_else(|| bad("a number of milliseconds, or with a unit: 500ms, 5s, 1min"))?,
+            "extra_float_digits" => match value.parse::<i32>() {
+                Ok(n) if (-15..=3).contains(&n) => n.to_string(),
+                _ => return Err(bad("an integer from -15 to 3")),
+            },
+            "tablegate.allow_full_scan" => match parse_bool(value) {
+                Some(b) => if b { "on" } else { "off" }.to_owned(),
+                None => return Err(bad("on or off")),
+            },
+            "tablegate.page_size" => match value.parse::<usize>() {
+                Ok(n) if (1..=1000).contains(&n) => n.to_string(),
+                _ => return Err(bad("an integer from 1 to 1000 (entities per store page)")),
+            },
+            "tablegate.retry_policy" => match value.to_ascii_lowercase().as_str() {
+                p @ ("none" | "fixed" | "exponential") => p.to_owned(),
+                _ => return Err(bad("none, fixed or exponential")),
+            },
+            "tablegate.retry_max" => match value.parse::<u32>() {
+                Ok(n) if n <= 20 => n.to_string(),
+                _ => return Err(bad("an integer from 0 to 20")),
+            },
+            _ if self.settings.contains_key(&key) => value.to_owned(),
+            // Custom settings with a dot are allowed, as in PostgreSQL.
+            _ if key.contains('.') && !key.starts_with("tablegate.") => value.to_owned(),
+            _ => {
+                return Err(PgError::new(
+                    "42704",
+                    format!("unrecognized configuration parameter \"{name}\""),
+                ));
+            }
+        };
+        self.settings.insert(key, value);
+        Ok(())
+    }
+
+    /// RESET name (back to the default).
+    pub fn reset(&mut self, name: &str) -> Result<(), PgError> {
+        let key = name.to_ascii_lowercase();
+        match DEFAULTS.iter().find(|(k, _)| *k == key) {
+            Some((_, v)) => {
+                self.settings.insert(key, (*v).to_owned());
+                Ok(())
+            }
+            None => Err(PgError::new(
+                "42704",
+                format!("unrecognized configuration parameter \"{name}\""),
+            )),
+        }
+    }
+
+    /// statement_timeout, if set.
+    pub fn statement_timeout(&self) -> Option<Duration> {
+        let ms: u64 = self.settings.get("statement_timeout")?.parse().ok()?;
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
+    /// How the native path should run for this session.
+    pub fn exec_options(&self) -> ExecOptions {
+        let get = |k: &str| self.settings.get(k).map(String::as_str).unwrap_or_default();
+        let max_retries: u32 = get("tablegate.retry_max").parse().unwrap_or(5);
+        let retry = match get("tablegate.retry_policy") {
+            "none" => RetryPolicy::None,
+            "fixed" => RetryPolicy::Fixed {
+                delay: Duration::from_millis(200),
+                max_retries,
+            },
+            _ => match RetryPolicy::default() {
+                RetryPolicy::Exponential { base, min, max, .. } => RetryPolicy::Exponential {
+                    base,
+                    min,
+                    max,
+                    max_retries,
+                },
+                other => other,
+            },
+        };
+        ExecOptions {
+            page_size: get("tablegate.page_size").parse().unwrap_or(1000),
+            retry,
+            parallelism: 4,
+            allow_full_scan: get("tablegate.allow_full_scan") != "off",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_validate_and_feed_the_planner() {
+        let mut s = Session::default();
+        s.set("TimeZone", "Europe/Paris").unwrap();
+        assert_eq!(s.get("timezone").unwrap(), "Europe/Paris");
+        s.set("statement_timeout", "2s").unwrap();
+        assert_eq!(s.statement_timeout(), Some(Duration::from_secs(2)));
+        assert!(s.set("client_encoding", "LATIN1").is_err());
+        assert_eq!(s.set("nonsense", "1").unwrap_err().code, "42704");
+        assert_eq!(s.set("server_version", "1").unwrap_err().code, "55P02");
+        s.set("myapp.trace", "x").unwrap();
+        s.set("tablegate.allow_full_scan", "off").unwrap();
+        assert!(!s.exec_options().allow_full_scan);
+        assert!(s.set("tablegate.page_size", "1001").is_err());
+        s.set("tablegate.retry_policy", "none").unwrap();
+        assert_eq!(s.exec_options().retry, RetryPolicy::None);
+        s.reset("tablegate.allow_full_scan").unwrap();
+        assert!(s.exec_options().allow_full_scan);
+    }
+}

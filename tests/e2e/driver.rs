@@ -1,0 +1,138 @@
+//! With tokio-postgres: prepared statements, parameters, binary results,
+//! portals with row limits, transactions' states, the connection limit.
+
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::NoTls;
+
+use super::server::TestServer;
+
+const NYC: &str = "2026 New York City Marathon__Full";
+
+async fn connect(s: &TestServer) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+#[tokio::test]
+async fn prepared_statements_binary_results_and_portals() {
+    let s = TestServer::demo(&["--throttle", "off"]);
+    let c = connect(&s).await;
+
+    // Parameters typed from context: race and runner are text.
+    let stmt = c
+        .prepare("SELECT race, runner, bib, name, age, registered FROM registrations WHERE race = $1 AND runner >= $2 AND runner < $3")
+        .await
+        .unwrap();
+    assert_eq!(stmt.params(), &[tokio_postgres::types::Type::TEXT; 3]);
+    let rows = c.query(&stmt, &[&NYC, &"BIB:", &"BIB;"]).await.unwrap();
+    assert_eq!(rows.len(), 20, "20 runners, one BIB row each");
+    let first = &rows[0];
+    let bib: i32 = first.get("bib");
+    let age: i32 = first.get("age");
+    let _: SystemTime = first.get("registered");
+    assert_eq!(bib, 1);
+    assert!((18..78).contains(&age));
+    let runner: String = first.get("runner");
+    assert!(runner.starts_with("BIB:00001__"), "{runner}");
+
+    // A point lookup by exact key, prepared once, run with parameters.
+    let point = c
+        .prepare("SELECT name FROM registrations WHERE race = $1 AND runner = $2")
+        .await
+        .unwrap();
+    let got = c.query(&point, &[&NYC, &runner]).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert!(
+        c.query(&point, &[&NYC, &"BIB:nope"])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Integer parameters on an INT column.
+    let by_age = c.prepare("SELECT count_rows FROM (SELECT 1) t").await;
+    assert!(by_age.is_err(), "not a native query");
+    let old = c
+        .query(
+            "SELECT runner FROM registrations WHERE race = $1 AND age >= $2",
+            &[&NYC, &60i32],
+        )
+        .await
+        .unwrap();
+    assert!(old.iter().all(|r| r.get::<_, String>(0).len() > 4));
+
+    // A portal with a row limit: three Executes of 15 rows each over the
+    // 40 rows of the partition.
+    let mut c = c;
+    let tx = c.transaction().await.unwrap();
+    let portal = tx
+        .bind("SELECT runner FROM registrations WHERE race = $1", &[&NYC])
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for expected in [15, 15, 10, 0] {
+        let batch = tx.query_portal(&portal, 15).await.unwrap();
+        assert_eq!(batch.len(), expected);
+        seen.extend(batch.into_iter().map(|r| r.get::<_, String>(0)));
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(seen, sorted, "clustered-key order across Executes");
+    assert_eq!(seen.len(), 40);
+    tx.commit().await.unwrap();
+
+    // Errors come with their SQLSTATE.
+    let err = c
+        .query("SELECT nope FROM registrations", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "42703");
+    let err = c
+        .query("SELECT name FROM registrations WHERE race = $1", &[&5i32])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("error serializing") || err.code().is_some(),
+        "{err}"
+    );
+
+    // An error inside a transaction aborts it until ROLLBACK (25P02).
+    c.batch_execute("BEGIN").await.unwrap();
+    assert!(
+        c.simple_query("SELECT nope FROM registrations")
+            .await
+            .is_err()
+    );
+    let err = c
+        .simple_query("SELECT 1 FROM registrations")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "25P02");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    assert!(
+        c.simple_query(&format!(
+            "SELECT name FROM registrations WHERE race = '{NYC}' LIMIT 1"
+        ))
+        .await
+        .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_get_53300() {
+    let s = TestServer::demo(&["--max-connections", "1"]);
+    let first = connect(&s).await;
+    let err = match tokio_postgres::connect(&s.conn_str(), NoTls).await {
+        Ok(_) => panic!("a second connection was accepted"),
+        Err(e) => e,
+    };
+    assert_eq!(err.code().map(|c| c.code()), Some("53300"), "{err}");
+    // The first connection still works, and a slot frees when it closes.
+    first.simple_query("SELECT version()").await.unwrap();
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = connect(&s).await;
+    again.simple_query("SELECT version()").await.unwrap();
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests: the real `tablegate` binary on a free loopback port,
+//! driven by real `psql` and by tokio-postgres. One test binary, modules
+//! by client.
+
+mod driver;
+mod psql;
+mod server;

@@ -1,0 +1,164 @@
+//! With the real `psql`.
+
+use std::process::Command;
+
+use super::server::TestServer;
+
+/// Runs psql with `-c` commands; returns (stdout, stderr, success).
+fn psql(s: &TestServer, commands: &[&str]) -> (String, String, bool) {
+    let mut cmd = Command::new("psql");
+    cmd.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &s.port.to_string(),
+        "-U",
+        "tablegate",
+        "-X",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "tablegate",
+    ]);
+    for c in commands {
+        cmd.args(["-c", c]);
+    }
+    let out = cmd.output().expect("psql is installed");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.success(),
+    )
+}
+
+const NYC: &str = "2026 New York City Marathon__Full";
+
+#[test]
+fn psql_queries_explain_and_errors() {
+    let s = TestServer::demo(&["--throttle", "off"]);
+    // A row-range query finds the runners aged 30-39 of one race.
+    let (out, err, ok) = psql(&s, &[&format!("SELECT count_me FROM (SELECT 1) x")]);
+    assert!(!ok, "subqueries are not native: {out}");
+    assert!(err.contains("analytics engine"), "{err}");
+
+    let (out, err, ok) = psql(
+        &s,
+        &[&format!(
+            "SELECT runner, name, age FROM registrations WHERE race = '{NYC}' AND runner LIKE 'AGE:03%'"
+        )],
+    );
+    assert!(ok, "{err}");
+    let rows: Vec<&str> = out.lines().filter(|l| l.contains("AGE:03")).collect();
+    assert!(!rows.is_empty(), "{out}");
+    assert!(out.contains(&format!("({} row", rows.len())), "{out}");
+
+    // The four classes show in EXPLAIN.
+    for (sql, class) in [
+        (
+            format!("SELECT * FROM registrations WHERE race = '{NYC}' AND runner = 'BIB:00001__x'"),
+            "point",
+        ),
+        (
+            format!("SELECT * FROM registrations WHERE race = '{NYC}'"),
+            "row-range",
+        ),
+        (
+            "SELECT * FROM registrations WHERE race LIKE '2026 New York%'".to_owned(),
+            "partition-range",
+        ),
+        (
+            "SELECT * FROM registrations WHERE age > 40".to_owned(),
+            "full-scan",
+        ),
+        (
+            "SELECT * FROM registrations WHERE race = 'a' AND race = 'b'".to_owned(),
+            "empty",
+        ),
+    ] {
+        let (out, err, ok) = psql(&s, &[&format!("EXPLAIN {sql}")]);
+        assert!(ok, "{err}");
+        assert!(out.contains(&format!("Class: {class} ")), "{sql}: {out}");
+    }
+    let (out, _, ok) = psql(
+        &s,
+        &[&format!(
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM registrations WHERE race = '{NYC}'"
+        )],
+    );
+    assert!(ok);
+    assert!(out.contains("\"Actual Entities Scanned\": 40"), "{out}");
+
+    // Errors carry SQLSTATEs, positions and hints.
+    let (_, err, ok) = psql(
+        &s,
+        &["\\set VERBOSITY verbose", "SELECT nope FROM registrations"],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("42703") && err.contains("column \"nope\" does not exist"),
+        "{err}"
+    );
+    let (_, err, _) = psql(
+        &s,
+        &["\\set VERBOSITY verbose", "SELECT * FROM missing_table"],
+    );
+    assert!(err.contains("42P01"), "{err}");
+    let (_, err, _) = psql(&s, &["\\set VERBOSITY verbose", "SELEC 1"]);
+    assert!(err.contains("42601"), "{err}");
+    let (_, err, _) = psql(
+        &s,
+        &[
+            "\\set VERBOSITY verbose",
+            "SELECT * FROM registrations WHERE race = 5",
+        ],
+    );
+    assert!(err.contains("42883") && err.contains("HINT"), "{err}");
+    let (_, err, ok) = psql(
+        &s,
+        &[
+            "SET tablegate.allow_full_scan = off",
+            "\\set VERBOSITY verbose",
+            "SELECT name FROM registrations WHERE age = 30",
+        ],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("TG001") && err.contains("add a condition on race"),
+        "{err}"
+    );
+
+    // Session settings and version.
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "SET statement_timeout = '5s'",
+            "SHOW statement_timeout",
+            "SELECT version()",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("5000") && out.contains("PostgreSQL 15.0 (tablegate"),
+        "{out}"
+    );
+
+    // DDL: create, IF NOT EXISTS notice, drop.
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "CREATE TABLE notes (author TEXT, at TEXT, body TEXT, PRIMARY KEY (author, at))",
+            "CREATE TABLE IF NOT EXISTS notes (author TEXT PRIMARY KEY)",
+            "SELECT * FROM notes",
+            "DROP TABLE notes",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("CREATE TABLE") && out.contains("DROP TABLE") && out.contains("(0 rows)"),
+        "{out}"
+    );
+    assert!(err.contains("already exists, skipping"), "{err}");
+    let (_, err, ok) = psql(&s, &["CREATE TABLE bad (id INT PRIMARY KEY)"]);
+    assert!(!ok && err.contains("key column \"id\" is integer"), "{err}");
+
+    assert!(s.terminate(), "graceful shutdown on SIGTERM");
+}

@@ -1,0 +1,82 @@
+//! Starts the real binary and stops it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `tablegate demo` on a free port, with a small data set.
+pub struct TestServer {
+    pub child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    /// Starts `tablegate demo --runners 20` with extra arguments and waits
+    /// until it listens.
+    pub fn demo(extra: &[&str]) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tablegate"))
+            .args([
+                "demo",
+                "--runners",
+                "20",
+                "--listen",
+                "127.0.0.1:0",
+                "--data",
+            ])
+            .arg(dir.path())
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tablegate");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("tablegate listening on ") {
+                    let _ = tx.send(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+                }
+            }
+        });
+        let port = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("server did not start");
+        TestServer {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// tokio-postgres connection string.
+    pub fn conn_str(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=tablegate dbname=tablegate",
+            self.port
+        )
+    }
+
+    /// Sends SIGTERM and waits; returns whether it exited cleanly.
+    pub fn terminate(mut self) -> bool {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
