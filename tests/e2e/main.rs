@@ -2,6 +2,7 @@
 //! driven by real `psql` and by tokio-postgres. One test binary, modules
 //! by client.
 
+mod abuse;
 mod driver;
 mod psql;
 mod server;

@@ -1,0 +1,128 @@
+//! Protocol abuse: truncated, oversized and random messages on many
+//! connections at once. The server keeps serving a well-behaved client
+//! throughout and never dies.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use tokio_postgres::NoTls;
+
+use super::server::TestServer;
+
+/// A deterministic byte source.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+fn startup() -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&196_608u32.to_be_bytes());
+    for s in ["user", "tablegate", "database", "tablegate"] {
+        body.extend_from_slice(s.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut msg = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    msg.extend(body);
+    msg
+}
+
+/// One abusive conversation; the server may answer or hang up, never crash.
+fn abuse(port: u16, kind: u64, rng: &mut Rng) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
+    let _ = s.set_write_timeout(Some(Duration::from_millis(300)));
+    let payload: Vec<u8> = match kind % 8 {
+        // Garbage instead of a startup packet.
+        0 => rng.bytes(64),
+        // A startup packet claiming 1 GiB.
+        1 => (1u32 << 30).to_be_bytes().to_vec(),
+        // A truncated startup packet, then close.
+        2 => startup()[..10].to_vec(),
+        // Valid startup, then a Query message claiming 2 GiB.
+        3 => [startup(), vec![b'Q'], 0x7fff_ffffu32.to_be_bytes().to_vec()].concat(),
+        // Valid startup, then random messages.
+        4 => [startup(), rng.bytes(256)].concat(),
+        // Valid startup, then a Query with no terminating NUL.
+        5 => [
+            startup(),
+            vec![b'Q'],
+            9u32.to_be_bytes().to_vec(),
+            b"SELEC".to_vec(),
+        ]
+        .concat(),
+        // Valid startup, then a Parse with nonsense parameter counts.
+        6 => [
+            startup(),
+            vec![b'P'],
+            12u32.to_be_bytes().to_vec(),
+            vec![0, 0, 0xff, 0xff, 0, 0, 0, 0],
+        ]
+        .concat(),
+        // Valid startup, then a negative length.
+        _ => [startup(), vec![b'Q'], (-5i32).to_be_bytes().to_vec()].concat(),
+    };
+    let _ = s.write_all(&payload);
+    let mut buf = [0u8; 1024];
+    let _ = s.read(&mut buf);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_do_not_hurt_other_clients() {
+    let s = TestServer::demo(&["--throttle", "off", "--max-connections", "200"]);
+    let (client, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let port = s.port;
+    let abusers: Vec<_> = (0..16u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
+                for i in 0..40 {
+                    abuse(port, t * 40 + i, &mut rng);
+                }
+            })
+        })
+        .collect();
+    // The good client keeps working while the abuse runs.
+    for _ in 0..20 {
+        let rows = client
+            .query(
+                "SELECT runner FROM registrations WHERE race = $1",
+                &[&"2026 New York City Marathon__Full"],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 40);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for a in abusers {
+        a.join().unwrap();
+    }
+    // And after it: the server is alive and accepts new clients.
+    let (fresh, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    fresh.simple_query("SELECT version()").await.unwrap();
+    let mut s = s;
+    assert!(s.child.try_wait().unwrap().is_none(), "the server exited");
+    // Length claims of 1-2 GiB were refused, not allocated.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap();
+    assert!(peak_kb < 512 * 1024, "peak RSS {peak_kb} kB");
+}
