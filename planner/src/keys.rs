@@ -306,7 +306,7 @@ impl KeySet {
                 rk: KeyInterval::all(),
             }];
         }
-        self.boxes.sort_by(|a, b| box_order(a).cmp(&box_order(b)));
+        self.boxes.sort_by_key(box_order);
     }
 }
 

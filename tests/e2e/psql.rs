@@ -36,7 +36,7 @@ const NYC: &str = "2026 New York City Marathon__Full";
 fn psql_queries_explain_and_errors() {
     let s = TestServer::demo(&["--throttle", "off"]);
     // A row-range query finds the runners aged 30-39 of one race.
-    let (out, err, ok) = psql(&s, &[&format!("SELECT count_me FROM (SELECT 1) x")]);
+    let (out, err, ok) = psql(&s, &["SELECT count_me FROM (SELECT 1) x"]);
     assert!(!ok, "subqueries are not native: {out}");
     assert!(err.contains("analytics engine"), "{err}");
 
