@@ -140,18 +140,46 @@ fn uuid_text(b: &[u8]) -> String {
     )
 }
 
+/// When a running statement must stop: statement_timeout, or a cancel
+/// request arriving after the statement started.
+#[derive(Debug, Clone)]
+pub struct Stop {
+    /// statement_timeout's deadline.
+    pub deadline: Option<std::time::Instant>,
+    /// The session's cancel signal.
+    pub cancel: std::sync::Arc<crate::cancel::CancelSignal>,
+    /// Its generation when the statement started.
+    pub since: u64,
+}
+
+impl Stop {
+    /// Completes with the 57014 error when the statement must stop.
+    pub async fn wait(&self) -> PgError {
+        let timeout = async {
+            match self.deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => futures::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = timeout => PgError::cancelled(true),
+            _ = self.cancel.cancelled(self.since) => PgError::cancelled(false),
+        }
+    }
+}
+
 /// DataRows of a running query, produced batch by batch as the client
-/// reads them.
-/// Past `deadline` (statement_timeout) the stream ends with 57014.
+/// reads them; ends with 57014 when `stop` fires.
 pub fn row_stream(
     rows: RowStream,
     fields: Arc<Vec<FieldInfo>>,
-    deadline: Option<std::time::Instant>,
+    stop: Stop,
 ) -> impl Stream<Item = PgWireResult<DataRow>> + Send {
     futures::stream::unfold(
         (rows, std::collections::VecDeque::<DataRow>::new(), false),
         move |(mut rows, mut pending, done)| {
             let fields = fields.clone();
+            let stop = stop.clone();
             async move {
                 loop {
                     if let Some(r) = pending.pop_front() {
@@ -160,17 +188,11 @@ pub fn row_stream(
                     if done {
                         return None;
                     }
-                    let next = match deadline {
-                        Some(d) => match tokio::time::timeout_at(d.into(), rows.next()).await {
-                            Ok(n) => n,
-                            Err(_) => {
-                                return Some((
-                                    Err(wire_error(PgError::cancelled(true))),
-                                    (rows, pending, true),
-                                ));
-                            }
-                        },
-                        None => rows.next().await,
+                    let next = tokio::select! {
+                        n = rows.next() => n,
+                        e = stop.wait() => {
+                            return Some((Err(wire_error(e)), (rows, pending, true)));
+                        }
                     };
                     match next {
                         None => return None,

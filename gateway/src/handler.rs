@@ -31,7 +31,8 @@ use tablegate_catalog::SqlType;
 use tablegate_planner::{Plan, Planner, SelectPlan};
 use tablegate_store::Value;
 
-use crate::encode::{self, error_info, fields, pg_type, text_field, wire_error};
+use crate::cancel::{CancelRegistry, CancelSignal, RegistryCancelHandler};
+use crate::encode::{self, Stop, error_info, fields, pg_type, text_field, wire_error};
 use crate::session::{Session, version_string};
 use crate::sqlstate::PgError;
 
@@ -172,6 +173,18 @@ pub struct ConnHandler {
     planner: Planner,
     session: Mutex<Session>,
     parser: Arc<StatementParser>,
+    cancel: Arc<CancelSignal>,
+    registry: Arc<CancelRegistry>,
+    /// Process id given at startup (for cancel requests).
+    pid: Mutex<Option<i32>>,
+}
+
+impl Drop for ConnHandler {
+    fn drop(&mut self) {
+        if let Some(pid) = *self.pid.lock() {
+            self.registry.unregister(pid);
+        }
+    }
 }
 
 /// The handler set pgwire drives for one socket.
@@ -181,8 +194,8 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// A fresh session over `planner`.
-    pub fn new(planner: Planner) -> Self {
+    /// A fresh session over `planner`, cancellable through `registry`.
+    pub fn new(planner: Planner, registry: Arc<CancelRegistry>) -> Self {
         Connection {
             handler: Arc::new(ConnHandler {
                 parser: Arc::new(StatementParser {
@@ -190,6 +203,9 @@ impl Connection {
                 }),
                 planner,
                 session: Mutex::new(Session::default()),
+                cancel: Arc::new(CancelSignal::default()),
+                registry,
+                pid: Mutex::new(None),
             }),
         }
     }
@@ -207,10 +223,32 @@ impl PgWireServerHandlers for Connection {
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
         self.handler.clone()
     }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        Arc::new(RegistryCancelHandler(self.handler.registry.clone()))
+    }
 }
 
-// Trust authentication; the server only accepts it on loopback.
-impl NoopStartupHandler for ConnHandler {}
+// Trust authentication; the server only accepts it on loopback. After
+// startup the session becomes reachable by cancel requests.
+#[async_trait]
+impl NoopStartupHandler for ConnHandler {
+    async fn post_startup<C>(
+        &self,
+        client: &mut C,
+        _message: pgwire::messages::PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (pid, secret) = client.pid_and_secret_key();
+        self.registry.register(pid, secret, self.cancel.clone());
+        *self.pid.lock() = Some(pid);
+        Ok(())
+    }
+}
 
 fn one_text_row(name: &str, values: &[String]) -> Response {
     let f = Arc::new(text_field(name));
@@ -260,6 +298,11 @@ impl ConnHandler {
                 s.statement_timeout().map(|t| Instant::now() + t),
             )
         };
+        let stop = Stop {
+            deadline,
+            cancel: self.cancel.clone(),
+            since: self.cancel.generation(),
+        };
         Ok(match p {
             Prepared::Select(select) => {
                 let rows = self
@@ -269,7 +312,7 @@ impl ConnHandler {
                 let f = Arc::new(fields(&select.columns, format));
                 Response::Query(QueryResponse::new(
                     f.clone(),
-                    encode::row_stream(rows, f, deadline),
+                    encode::row_stream(rows, f, stop),
                 ))
             }
             Prepared::Explain {
@@ -278,13 +321,10 @@ impl ConnHandler {
                 select,
             } => {
                 let run = self.planner.explain(select, params, *analyze, *json, &opts);
-                let lines = match deadline {
-                    Some(d) => tokio::time::timeout_at(d.into(), run)
-                        .await
-                        .map_err(|_| PgError::cancelled(true))?,
-                    None => run.await,
-                }
-                .map_err(plan_err)?;
+                let lines = tokio::select! {
+                    r = run => r.map_err(plan_err)?,
+                    e = stop.wait() => return Err(e),
+                };
                 one_text_row("QUERY PLAN", &lines)
             }
             Prepared::Ddl(plan) => {

@@ -5,14 +5,16 @@
 //! - [`handler`] — per-connection handlers for the simple and extended query
 //!   protocols, sharing one `prepare` → `run` path; results stream.
 //! - [`session`] — SET / SHOW settings, per connection.
+//! - [`cancel`] — cancel requests routed to the running statement (57014).
 //! - [`encode`] — Arrow record batches to DataRows (text and binary).
 //! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
 //!
 //! Deliberately limited for now (see the README): trust authentication on
-//! loopback only (no SCRAM, no TLS yet), no cancel requests, no cursors or
+//! loopback only (no SCRAM, no TLS yet), no cursors or
 //! COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
 //! BEGIN/COMMIT accepted but carrying no writes.
 
+pub mod cancel;
 pub mod encode;
 pub mod handler;
 pub mod server;

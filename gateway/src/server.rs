@@ -15,6 +15,7 @@ use tablegate_planner::Planner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::cancel::CancelRegistry;
 use crate::handler::Connection;
 
 /// How the server runs.
@@ -75,6 +76,7 @@ impl Server {
     /// Serves until `shutdown` completes, then drains connections.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         let active = Arc::new(AtomicUsize::new(0));
+        let registry = Arc::new(CancelRegistry::default());
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -96,7 +98,7 @@ impl Server {
                     }
                     active.fetch_add(1, Ordering::SeqCst);
                     let guard = ActiveGuard(active.clone());
-                    let handlers = Connection::new(self.planner.clone());
+                    let handlers = Connection::new(self.planner.clone(), registry.clone());
                     tokio::spawn(async move {
                         let _guard = guard;
                         // Protocol errors end this connection only.

@@ -136,3 +136,76 @@ async fn connections_over_the_limit_get_53300() {
     let again = connect(&s).await;
     again.simple_query("SELECT version()").await.unwrap();
 }
+
+/// A throttled full scan of 36,000 entities takes seconds at the account
+/// target; cancel requests and statement_timeout stop it mid-stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_statement_timeout_stop_a_streaming_scan() {
+    let s = TestServer::demo(&["--runners", "1000"]);
+    let c = connect(&s).await;
+    let slow = "SELECT race, runner, name FROM registrations WHERE age >= 18";
+
+    // Cancel from another task while rows stream (extended protocol).
+    let token = c.cancel_token();
+    let started = std::time::Instant::now();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        token.cancel_query(NoTls).await.unwrap();
+    });
+    let result = c.query(slow, &[]).await;
+    canceller.await.unwrap();
+    let err = match result {
+        Ok(rows) => panic!(
+            "not cancelled: {} rows in {:?}",
+            rows.len(),
+            started.elapsed()
+        ),
+        Err(e) => e,
+    };
+    assert_eq!(err.code().map(|c| c.code()), Some("57014"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "cancel took {:?}",
+        started.elapsed()
+    );
+
+    // The session is usable afterwards, and a later statement is not
+    // affected by the earlier cancel.
+    let rows = c
+        .query(
+            "SELECT runner FROM registrations WHERE race = $1 LIMIT 5",
+            &[&NYC],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 5);
+
+    // statement_timeout, on the simple protocol.
+    c.batch_execute("SET statement_timeout = 300")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = match c.simple_query(slow).await {
+        Ok(rows) => panic!(
+            "no timeout: {} messages in {:?}",
+            rows.len(),
+            started.elapsed()
+        ),
+        Err(e) => e,
+    };
+    assert_eq!(err.code().map(|c| c.code()), Some("57014"), "{err}");
+    let message = err
+        .as_db_error()
+        .map(|d| d.message().to_owned())
+        .unwrap_or_default();
+    assert!(message.contains("statement timeout"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    c.batch_execute("SET statement_timeout = 0").await.unwrap();
+    let all = c
+        .query("SELECT runner FROM registrations WHERE race = $1", &[&NYC])
+        .await;
+    match all {
+        Ok(rows) => assert_eq!(rows.len(), 2000),
+        Err(e) => panic!("{e:?}"),
+    }
+}

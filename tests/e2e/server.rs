@@ -12,20 +12,19 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Starts `tablegate demo --runners 20` with extra arguments and waits
-    /// until it listens.
+    /// Starts `tablegate demo` (20 runners unless `extra` says otherwise)
+    /// with extra arguments and waits until it listens.
     pub fn demo(extra: &[&str]) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
+        let runners: &[&str] = if extra.contains(&"--runners") {
+            &[]
+        } else {
+            &["--runners", "20"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_tablegate"))
-            .args([
-                "demo",
-                "--runners",
-                "20",
-                "--listen",
-                "127.0.0.1:0",
-                "--data",
-            ])
+            .args(["demo", "--listen", "127.0.0.1:0", "--data"])
             .arg(dir.path())
+            .args(runners)
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
