@@ -8,7 +8,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use pgwire::api::Type;
 use pgwire::api::portal::Format;
 use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo};
@@ -214,4 +214,7 @@ pub fn row_stream(
             }
         },
     )
+    // Polled again after its end (a FETCH past the last row) it must say
+    // None, not panic.
+    .fuse()
 }

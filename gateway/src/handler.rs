@@ -66,7 +66,44 @@ pub enum Prepared {
     Rollback,
     /// SELECT version().
     Version,
+    /// DECLARE name [NO SCROLL] CURSOR [WITH HOLD] FOR select.
+    Declare {
+        /// Cursor name.
+        name: String,
+        /// Its query.
+        select: Arc<SelectPlan>,
+        /// WITH HOLD: survives COMMIT.
+        hold: bool,
+    },
+    /// FETCH [n | ALL | NEXT] FROM name; `None` is ALL.
+    Fetch {
+        /// Cursor name.
+        name: String,
+        /// Rows to fetch.
+        count: Option<usize>,
+    },
+    /// CLOSE name / CLOSE ALL (`None`).
+    Close(Option<String>),
 }
+
+/// An open cursor: its row description and its live row stream.
+struct Cursor {
+    fields: Arc<Vec<FieldInfo>>,
+    rows: Arc<tokio::sync::Mutex<pgwire::api::results::SendableRowStream>>,
+    hold: bool,
+}
+
+impl Debug for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cursor")
+            .field("hold", &self.hold)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A session's open cursors, shared with its statement parser (which
+/// describes FETCH results).
+type Cursors = Arc<Mutex<std::collections::HashMap<String, Cursor>>>;
 
 fn expr_text(e: &ast::Expr) -> String {
     match e {
@@ -88,6 +125,11 @@ fn is_version_query(q: &ast::Query) -> bool {
         ),
         _ => false,
     }
+}
+
+/// A cursor name as PostgreSQL folds it.
+pub fn cursor_name(i: &ast::Ident) -> String {
+    tablegate_planner::expr::fold(i)
 }
 
 /// Plans one statement.
@@ -121,6 +163,66 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
                 .collect::<Vec<_>>()
                 .join(" "),
         ),
+        Statement::Declare { stmts } => match stmts.as_slice() {
+            [d] if d.names.len() == 1 && d.for_query.is_some() => {
+                if d.scroll == Some(true) {
+                    return Err(PgError::new("0A000", "SCROLL cursors are not supported")
+                        .hint("cursors move forward only, like the store's continuation tokens"));
+                }
+                let q = d.for_query.as_ref().expect("checked");
+                let select = match planner
+                    .plan(&Statement::Query(q.clone()), sql)
+                    .map_err(plan_err)?
+                {
+                    Plan::Select(s) => s,
+                    _ => return Err(PgError::new("42601", "DECLARE needs a SELECT")),
+                };
+                Prepared::Declare {
+                    name: crate::handler::cursor_name(&d.names[0]),
+                    select,
+                    hold: d.hold == Some(true),
+                }
+            }
+            _ => {
+                return Err(PgError::new(
+                    "0A000",
+                    "this form of DECLARE is not supported",
+                ));
+            }
+        },
+        Statement::Fetch {
+            name, direction, ..
+        } => {
+            let n = |v: &ast::ValueWithSpan| match &v.value {
+                ast::Value::Number(n, _) => n
+                    .parse::<usize>()
+                    .map_err(|_| PgError::new("22023", format!("invalid FETCH count {n}"))),
+                other => Err(PgError::new(
+                    "22023",
+                    format!("invalid FETCH count {other}"),
+                )),
+            };
+            let count = match direction {
+                ast::FetchDirection::Count { limit } => Some(n(limit)?),
+                ast::FetchDirection::Forward { limit: Some(limit) } => Some(n(limit)?),
+                ast::FetchDirection::Next | ast::FetchDirection::Forward { limit: None } => Some(1),
+                ast::FetchDirection::All | ast::FetchDirection::ForwardAll => None,
+                other => {
+                    return Err(
+                        PgError::new("0A000", format!("FETCH {other} is not supported"))
+                            .hint("cursors move forward only: FETCH n, FETCH NEXT, FETCH ALL"),
+                    );
+                }
+            };
+            Prepared::Fetch {
+                name: cursor_name(name),
+                count,
+            }
+        }
+        Statement::Close { cursor } => Prepared::Close(match cursor {
+            ast::CloseCursor::All => None,
+            ast::CloseCursor::Specific { name } => Some(cursor_name(name)),
+        }),
         Statement::StartTransaction { .. } => Prepared::Begin,
         Statement::Commit { .. } => Prepared::Commit,
         Statement::Rollback {
@@ -177,6 +279,7 @@ pub struct ConnHandler {
     registry: Arc<CancelRegistry>,
     /// Process id given at startup (for cancel requests).
     pid: Mutex<Option<i32>>,
+    cursors: Cursors,
 }
 
 impl Drop for ConnHandler {
@@ -196,11 +299,14 @@ pub struct Connection {
 impl Connection {
     /// A fresh session over `planner`, cancellable through `registry`.
     pub fn new(planner: Planner, registry: Arc<CancelRegistry>) -> Self {
+        let cursors = Cursors::default();
         Connection {
             handler: Arc::new(ConnHandler {
                 parser: Arc::new(StatementParser {
                     planner: planner.clone(),
+                    cursors: cursors.clone(),
                 }),
+                cursors,
                 planner,
                 session: Mutex::new(Session::default()),
                 cancel: Arc::new(CancelSignal::default()),
@@ -286,11 +392,13 @@ impl ConnHandler {
         format: Option<&Format>,
     ) -> Result<Response, PgError>
     where
-        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let plan_err = |e: tablegate_planner::PlanError| PgError::from(&e);
+        let in_transaction =
+            client.transaction_status() != pgwire::messages::response::TransactionStatus::Idle;
         let (opts, deadline) = {
             let s = self.session.lock();
             (
@@ -378,8 +486,102 @@ impl ConnHandler {
                 one_text_row(name, &[v])
             }
             Prepared::Begin => Response::TransactionStart(Tag::new("BEGIN")),
-            Prepared::Commit => Response::TransactionEnd(Tag::new("COMMIT")),
-            Prepared::Rollback => Response::TransactionEnd(Tag::new("ROLLBACK")),
+            Prepared::Commit | Prepared::Rollback => {
+                // Cursors without HOLD end with their transaction.
+                self.cursors.lock().retain(|_, c| c.hold);
+                Response::TransactionEnd(Tag::new(if matches!(p, Prepared::Commit) {
+                    "COMMIT"
+                } else {
+                    "ROLLBACK"
+                }))
+            }
+            Prepared::Declare { name, select, hold } => {
+                if !in_transaction && !hold {
+                    return Err(PgError::new(
+                        "25P01",
+                        "DECLARE CURSOR can only be used in transaction blocks",
+                    )
+                    .hint("BEGIN first, or DECLARE ... CURSOR WITH HOLD"));
+                }
+                if self.cursors.lock().contains_key(name) {
+                    return Err(PgError::new(
+                        "42P03",
+                        format!("cursor \"{name}\" already exists"),
+                    ));
+                }
+                let rows = self
+                    .planner
+                    .execute(select, params, &opts)
+                    .map_err(plan_err)?;
+                // FETCH results are described in text (binary cursors are a
+                // DECLARE option this build does not offer).
+                let f = Arc::new(fields(&select.columns, None));
+                // A cursor outlives its statement: no timeout, but cancel
+                // requests still reach it.
+                let stop = Stop {
+                    deadline: None,
+                    ..stop
+                };
+                let stream: pgwire::api::results::SendableRowStream =
+                    Box::pin(encode::row_stream(rows, f.clone(), stop));
+                self.cursors.lock().insert(
+                    name.clone(),
+                    Cursor {
+                        fields: f,
+                        rows: Arc::new(tokio::sync::Mutex::new(stream)),
+                        hold: *hold,
+                    },
+                );
+                Response::Execution(Tag::new("DECLARE CURSOR"))
+            }
+            Prepared::Fetch { name, count } => {
+                let (f, rows) = {
+                    let cursors = self.cursors.lock();
+                    let c = cursors.get(name).ok_or_else(|| {
+                        PgError::new("34000", format!("cursor \"{name}\" does not exist"))
+                    })?;
+                    (c.fields.clone(), c.rows.clone())
+                };
+                let mut stream = rows.lock().await;
+                let mut batch = Vec::new();
+                while count.is_none_or(|n| batch.len() < n) {
+                    let next = tokio::select! {
+                        n = stream.next() => n,
+                        e = stop.wait() => return Err(e),
+                    };
+                    match next {
+                        Some(Ok(row)) => batch.push(Ok(row)),
+                        // The scan's own error (53000, 57014, ...) as it was.
+                        Some(Err(PgWireError::UserError(info))) => {
+                            return Ok(Response::Error(info));
+                        }
+                        Some(Err(e)) => return Err(PgError::new("08006", e.to_string())),
+                        None => break,
+                    }
+                }
+                let mut q = QueryResponse::new(f, futures::stream::iter(batch));
+                q.set_command_tag("FETCH");
+                Response::Query(q)
+            }
+            Prepared::Close(name) => {
+                let mut cursors = self.cursors.lock();
+                match name {
+                    None => cursors.clear(),
+                    Some(n) => {
+                        if cursors.remove(n).is_none() {
+                            return Err(PgError::new(
+                                "34000",
+                                format!("cursor \"{n}\" does not exist"),
+                            ));
+                        }
+                    }
+                }
+                Response::Execution(Tag::new(if name.is_some() {
+                    "CLOSE CURSOR"
+                } else {
+                    "CLOSE CURSOR ALL"
+                }))
+            }
             Prepared::Version => one_text_row("version", &[version_string()]),
         })
     }
@@ -434,6 +636,7 @@ impl SimpleQueryHandler for ConnHandler {
 #[derive(Debug)]
 pub struct StatementParser {
     planner: Planner,
+    cursors: Cursors,
 }
 
 #[async_trait]
@@ -481,6 +684,12 @@ impl QueryParser for StatementParser {
             Prepared::Explain { .. } => text_field("QUERY PLAN"),
             Prepared::Show(n) => text_field(n),
             Prepared::Version => text_field("version"),
+            Prepared::Fetch { name, .. } => self
+                .cursors
+                .lock()
+                .get(name)
+                .map(|c| c.fields.as_ref().clone())
+                .unwrap_or_default(),
             _ => Vec::new(),
         })
     }

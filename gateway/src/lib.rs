@@ -10,8 +10,7 @@
 //! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
 //!
 //! Deliberately limited for now (see the README): trust authentication on
-//! loopback only (no SCRAM, no TLS yet), no cursors or
-//! COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
+//! loopback only (no SCRAM, no TLS yet), no COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
 //! BEGIN/COMMIT accepted but carrying no writes.
 
 pub mod cancel;

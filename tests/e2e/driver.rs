@@ -120,6 +120,55 @@ async fn prepared_statements_binary_results_and_portals() {
     );
 }
 
+/// DECLARE / FETCH / CLOSE with their command tags; cursors end with their
+/// transaction unless WITH HOLD.
+#[tokio::test]
+async fn cursors_page_through_a_partition() {
+    let s = TestServer::demo(&["--throttle", "off"]);
+    let c = connect(&s).await;
+    let tag = |msgs: &[tokio_postgres::SimpleQueryMessage]| {
+        msgs.iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n),
+                _ => None,
+            })
+            .unwrap()
+    };
+    c.batch_execute("BEGIN").await.unwrap();
+    c.batch_execute(&format!(
+        "DECLARE cur CURSOR FOR SELECT runner FROM registrations WHERE race = '{NYC}'"
+    ))
+    .await
+    .unwrap();
+    let mut total = 0;
+    loop {
+        let msgs = c.simple_query("FETCH 15 FROM cur").await.unwrap();
+        let n = tag(&msgs);
+        total += n;
+        if n < 15 {
+            break;
+        }
+    }
+    assert_eq!(total, 40);
+    assert_eq!(tag(&c.simple_query("FETCH ALL FROM cur").await.unwrap()), 0);
+    c.batch_execute("COMMIT").await.unwrap();
+    let err = c.simple_query("FETCH 1 FROM cur").await.unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "34000", "closed at COMMIT");
+    // WITH HOLD survives COMMIT and works outside a transaction.
+    c.batch_execute(&format!(
+        "DECLARE held CURSOR WITH HOLD FOR SELECT runner FROM registrations WHERE race = '{NYC}'"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(tag(&c.simple_query("FETCH 5 FROM held").await.unwrap()), 5);
+    c.batch_execute("CLOSE held").await.unwrap();
+    let err = c
+        .simple_query("DECLARE nope CURSOR FOR SELECT runner FROM registrations")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "25P01");
+}
+
 #[tokio::test]
 async fn connections_over_the_limit_get_53300() {
     let s = TestServer::demo(&["--max-connections", "1"]);

@@ -160,5 +160,34 @@ fn psql_queries_explain_and_errors() {
     let (_, err, ok) = psql(&s, &["CREATE TABLE bad (id INT PRIMARY KEY)"]);
     assert!(!ok && err.contains("key column \"id\" is integer"), "{err}");
 
+    // psql's FETCH_COUNT pages through a cursor (DECLARE / FETCH FORWARD n).
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "\\set FETCH_COUNT 7",
+            &format!("SELECT runner FROM registrations WHERE race = '{NYC}'"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.contains("BIB:") || l.contains("AGE:"))
+            .count(),
+        40,
+        "{out}"
+    );
+    // Expanded display.
+    let (out, _, ok) = psql(
+        &s,
+        &[
+            "\\x on",
+            &format!("SELECT name, age FROM registrations WHERE race = '{NYC}' LIMIT 1"),
+        ],
+    );
+    assert!(
+        ok && out.contains("-[ RECORD 1 ]") && out.contains("name |"),
+        "{out}"
+    );
+
     assert!(s.terminate(), "graceful shutdown on SIGTERM");
 }
