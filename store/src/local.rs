@@ -213,7 +213,12 @@ impl LocalStore {
     /// partitions wholly inside a span count from statistics; partially
     /// covered partitions are probed by counting keys, up to `probe_cap`
     /// entities each (beyond that the partition count is used).
-    pub fn estimate_blocking(&self, table: &str, query: &Query, probe_cap: u64) -> Result<ScanEstimate> {
+    pub fn estimate_blocking(
+        &self,
+        table: &str,
+        query: &Query,
+        probe_cap: u64,
+    ) -> Result<ScanEstimate> {
         let t = self.inner.table(table)?;
         let mut est = ScanEstimate::default();
         for (start, end) in query.byte_ranges(t.id) {

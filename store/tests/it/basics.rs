@@ -46,8 +46,13 @@ fn estimates_count_whole_and_partial_partitions() {
             .collect();
         s.execute_blocking("est", &ops).unwrap();
     }
-    let full = s.estimate_blocking("est", &Query::full_scan(), 1000).unwrap();
-    assert_eq!((full.scanned, full.partitions, full.largest_partition), (150, 5, 50));
+    let full = s
+        .estimate_blocking("est", &Query::full_scan(), 1000)
+        .unwrap();
+    assert_eq!(
+        (full.scanned, full.partitions, full.largest_partition),
+        (150, 5, 50)
+    );
     // Row range inside p4 (50 entities): 010..=019 → probe counts 10.
     let q = Query::spans(vec![KeyBox {
         pk: KeyInterval::point("p4"),
@@ -60,12 +65,17 @@ fn estimates_count_whole_and_partial_partitions() {
     assert_eq!((e.scanned, e.partitions), (10, 1));
     // A partition range with a RowKey condition scans whole partitions.
     let q = Query::spans(vec![KeyBox {
-        pk: KeyInterval::new(std::ops::Bound::Included("p1".into()), std::ops::Bound::Included("p2".into())),
+        pk: KeyInterval::new(
+            std::ops::Bound::Included("p1".into()),
+            std::ops::Bound::Included("p2".into()),
+        ),
         rk: KeyInterval::point("005"),
     }]);
     let e = s.estimate_blocking("est", &q, 1000).unwrap();
     assert_eq!((e.scanned, e.partitions), (50, 2));
-    let page = s.query_blocking("est", &q, &PageRequest::default()).unwrap();
+    let page = s
+        .query_blocking("est", &q, &PageRequest::default())
+        .unwrap();
     assert_eq!(page.scanned, 50);
     // A missing point costs nothing in the estimate.
     let e = s
