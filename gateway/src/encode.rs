@@ -105,7 +105,8 @@ fn encode_batch(
                             field.format_options(),
                         )?;
                     } else {
-                        let text = uuid_text(b);
+                        let text =
+                            tablegate_store::entity::guid_text(b.try_into().expect("16 bytes"));
                         enc.encode_field_with_type_and_format(
                             &text,
                             ty,
@@ -126,18 +127,6 @@ fn encode_batch(
         out.push(enc.take_row());
     }
     Ok(())
-}
-
-fn uuid_text(b: &[u8]) -> String {
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
 }
 
 /// When a running statement must stop: statement_timeout, or a cancel

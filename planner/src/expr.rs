@@ -776,24 +776,12 @@ pub fn sql_literal(v: &Value) -> String {
         ),
         Value::Boolean(b) => b.to_string(),
         Value::DateTime(t) => format!("'{t}'"),
-        Value::Guid(g) => format!("'{}'", uuid_text(g)),
+        Value::Guid(g) => format!("'{}'", tablegate_store::entity::guid_text(g)),
         Value::Binary(b) => format!(
             "'\\x{}'",
             b.iter().map(|x| format!("{x:02x}")).collect::<String>()
         ),
     }
-}
-
-fn uuid_text(g: &[u8; 16]) -> String {
-    let h: String = g.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
 }
 
 impl fmt::Display for BExpr {

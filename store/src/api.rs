@@ -79,64 +79,89 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
 }
 
 /// Runs blocking store work off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
         .unwrap_or_else(|e| Err(crate::StoreError::Engine(format!("store task failed: {e}"))))
 }
 
-#[async_trait]
-impl TableStore for LocalStore {
-    async fn create_table(&self, name: &str) -> Result<TableInfo> {
-        let (s, name) = (self.clone(), name.to_owned());
-        blocking(move || s.create_table_blocking(&name)).await
-    }
+/// Implements [`TableStore`] for a store whose work is synchronous
+/// (`*_blocking` methods): scans, writes and DDL run on the blocking pool,
+/// point reads and statistics inline (they are short, and a thread hand-off
+/// would cost more than the read).
+macro_rules! table_store_over_blocking {
+    ($ty:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::api::TableStore for $ty {
+            async fn create_table(&self, name: &str) -> $crate::Result<$crate::TableInfo> {
+                let (s, name) = (self.clone(), name.to_owned());
+                $crate::api::blocking(move || s.create_table_blocking(&name)).await
+            }
 
-    async fn drop_table(&self, name: &str) -> Result<()> {
-        let (s, name) = (self.clone(), name.to_owned());
-        blocking(move || s.drop_table_blocking(&name)).await
-    }
+            async fn drop_table(&self, name: &str) -> $crate::Result<()> {
+                let (s, name) = (self.clone(), name.to_owned());
+                $crate::api::blocking(move || s.drop_table_blocking(&name)).await
+            }
 
-    async fn list_tables(&self) -> Result<Vec<TableInfo>> {
-        Ok(self.list_tables_blocking())
-    }
+            async fn list_tables(&self) -> $crate::Result<Vec<$crate::TableInfo>> {
+                Ok(self.list_tables_blocking())
+            }
 
-    async fn get(&self, table: &str, partition_key: &str, row_key: &str) -> Result<Option<Entity>> {
-        // Point reads are short; they run inline rather than paying for a
-        // thread hand-off.
-        self.get_blocking(table, partition_key, row_key)
-    }
+            async fn get(
+                &self,
+                table: &str,
+                partition_key: &str,
+                row_key: &str,
+            ) -> $crate::Result<Option<$crate::Entity>> {
+                self.get_blocking(table, partition_key, row_key)
+            }
 
-    async fn query(&self, table: &str, query: &Query, page: &PageRequest) -> Result<Page> {
-        let (s, t, q, p) = (self.clone(), table.to_owned(), query.clone(), page.clone());
-        blocking(move || s.query_blocking(&t, &q, &p)).await
-    }
+            async fn query(
+                &self,
+                table: &str,
+                query: &$crate::Query,
+                page: &$crate::PageRequest,
+            ) -> $crate::Result<$crate::Page> {
+                let (s, t, q, p) = (self.clone(), table.to_owned(), query.clone(), page.clone());
+                $crate::api::blocking(move || s.query_blocking(&t, &q, &p)).await
+            }
 
-    async fn execute(&self, table: &str, ops: Vec<Operation>) -> Result<Vec<OpOutcome>> {
-        let (s, t) = (self.clone(), table.to_owned());
-        blocking(move || s.execute_blocking(&t, &ops)).await
-    }
+            async fn execute(
+                &self,
+                table: &str,
+                ops: Vec<$crate::Operation>,
+            ) -> $crate::Result<Vec<$crate::OpOutcome>> {
+                let (s, t) = (self.clone(), table.to_owned());
+                $crate::api::blocking(move || s.execute_blocking(&t, &ops)).await
+            }
 
-    async fn table_stats(&self, table: &str) -> Result<TableStats> {
-        self.table_stats_blocking(table)
-    }
+            async fn table_stats(&self, table: &str) -> $crate::Result<$crate::TableStats> {
+                self.table_stats_blocking(table)
+            }
 
-    async fn partition_stats(
-        &self,
-        table: &str,
-        lo: Bound<String>,
-        hi: Bound<String>,
-        limit: usize,
-    ) -> Result<Vec<PartitionStats>> {
-        let (s, t) = (self.clone(), table.to_owned());
-        blocking(move || {
-            s.partition_stats_blocking(
-                &t,
-                lo.as_ref().map(String::as_str),
-                hi.as_ref().map(String::as_str),
-                limit,
-            )
-        })
-        .await
-    }
+            async fn partition_stats(
+                &self,
+                table: &str,
+                lo: std::ops::Bound<String>,
+                hi: std::ops::Bound<String>,
+                limit: usize,
+            ) -> $crate::Result<Vec<$crate::PartitionStats>> {
+                let (s, t) = (self.clone(), table.to_owned());
+                $crate::api::blocking(move || {
+                    s.partition_stats_blocking(
+                        &t,
+                        lo.as_ref().map(String::as_str),
+                        hi.as_ref().map(String::as_str),
+                        limit,
+                    )
+                })
+                .await
+            }
+        }
+    };
 }
+pub(crate) use table_store_over_blocking;
+
+table_store_over_blocking!(LocalStore);

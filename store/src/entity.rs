@@ -197,6 +197,11 @@ fn cmp_f64_i64(a: f64, b: i64) -> Ordering {
     }
 }
 
+/// A GUID in its canonical text form (`8-4-4-4-12` lower-case hex).
+pub fn guid_text(g: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*g).hyphenated().to_string()
+}
+
 /// Length of `s` in UTF-16 code units, the unit Azure limits are stated in.
 pub fn utf16_len(s: &str) -> usize {
     s.chars().map(char::len_utf16).sum()

@@ -32,10 +32,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
 
-use crate::api::{PartitionStats, TableInfo, TableStats, TableStore};
+use crate::api::{PartitionStats, TableInfo, TableStats};
 use crate::clock::{Clock, SystemClock};
 use crate::entity::{Entity, EntityWrite, Value};
 use crate::error::{Result, StoreError};
@@ -422,9 +421,7 @@ impl PartitionedStore {
     /// `table`'s range partitions as (lower bound, upper bound, server),
     /// without statistics (cheap; for planning).
     pub fn layout(&self, table: &str) -> Result<Vec<(String, Option<String>, usize)>> {
-        let lower = self.shared.check_user_table(table)?;
-        let maps = self.shared.maps.read();
-        let map = maps.get(&lower).expect("checked");
+        let (_, map) = self.shared.map_of(table)?;
         Ok(map
             .ranges
             .iter()
@@ -519,14 +516,7 @@ impl PartitionedStore {
 
     /// Range partitions of `table` with their servers, sizes and load.
     pub fn ranges(&self, table: &str) -> Result<Vec<RangeInfo>> {
-        let lower = self.shared.check_user_table(table)?;
-        let map = self
-            .shared
-            .maps
-            .read()
-            .get(&lower)
-            .cloned()
-            .expect("checked");
+        let (lower, map) = self.shared.map_of(table)?;
         let now = self.shared.now();
         let w = window_secs(self.shared.config.load_window);
         let name = self
@@ -666,6 +656,20 @@ impl Shared {
     fn initial_server(&self, name: &str) -> usize {
         let h = xxhash_rust::xxh3::xxh3_64(name.to_ascii_lowercase().as_bytes());
         (h % self.config.servers as u64) as usize
+    }
+
+    /// A user table's lower-case name and a copy of its partition map.
+    fn map_of(&self, table: &str) -> Result<(String, TableMap)> {
+        let lower = self.check_user_table(table)?;
+        let map =
+            self.maps
+                .read()
+                .get(&lower)
+                .cloned()
+                .ok_or_else(|| StoreError::TableNotFound {
+                    name: table.to_owned(),
+                })?;
+        Ok((lower, map))
     }
 
     fn check_user_table(&self, table: &str) -> Result<String> {
@@ -985,62 +989,4 @@ impl Shared {
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(StoreError::Engine(format!("store task failed: {e}"))))
-}
-
-#[async_trait]
-impl TableStore for PartitionedStore {
-    async fn create_table(&self, name: &str) -> Result<TableInfo> {
-        let (s, n) = (self.clone(), name.to_owned());
-        blocking(move || s.create_table_blocking(&n)).await
-    }
-
-    async fn drop_table(&self, name: &str) -> Result<()> {
-        let (s, n) = (self.clone(), name.to_owned());
-        blocking(move || s.drop_table_blocking(&n)).await
-    }
-
-    async fn list_tables(&self) -> Result<Vec<TableInfo>> {
-        Ok(self.list_tables_blocking())
-    }
-
-    async fn get(&self, table: &str, partition_key: &str, row_key: &str) -> Result<Option<Entity>> {
-        self.get_blocking(table, partition_key, row_key)
-    }
-
-    async fn query(&self, table: &str, query: &Query, page: &PageRequest) -> Result<Page> {
-        let (s, t, q, p) = (self.clone(), table.to_owned(), query.clone(), page.clone());
-        blocking(move || s.query_blocking(&t, &q, &p)).await
-    }
-
-    async fn execute(&self, table: &str, ops: Vec<Operation>) -> Result<Vec<OpOutcome>> {
-        let (s, t) = (self.clone(), table.to_owned());
-        blocking(move || s.execute_blocking(&t, &ops)).await
-    }
-
-    async fn table_stats(&self, table: &str) -> Result<TableStats> {
-        self.table_stats_blocking(table)
-    }
-
-    async fn partition_stats(
-        &self,
-        table: &str,
-        lo: Bound<String>,
-        hi: Bound<String>,
-        limit: usize,
-    ) -> Result<Vec<PartitionStats>> {
-        let (s, t) = (self.clone(), table.to_owned());
-        blocking(move || {
-            s.partition_stats_blocking(
-                &t,
-                lo.as_ref().map(String::as_str),
-                hi.as_ref().map(String::as_str),
-                limit,
-            )
-        })
-        .await
-    }
-}
+crate::api::table_store_over_blocking!(PartitionedStore);

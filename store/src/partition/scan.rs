@@ -113,14 +113,7 @@ impl PartitionedStore {
     /// Cuts `query` on `table` into per-server segments, in key order;
     /// segments the query's spans do not touch are left out.
     pub fn segments(&self, table: &str, query: &Query) -> Result<Vec<Segment>> {
-        let lower = self.shared.check_user_table(table)?;
-        let map = self
-            .shared
-            .maps
-            .read()
-            .get(&lower)
-            .cloned()
-            .expect("checked");
+        let (_, map) = self.shared.map_of(table)?;
         let mut out: Vec<Segment> = Vec::new();
         let mut i = 0;
         while i < map.ranges.len() {
