@@ -225,11 +225,20 @@ impl Task {
         } else {
             self.opts.parallelism
         };
+        // LIMIT is pushed into the store: a page counts returned entities,
+        // so no page needs more than LIMIT + OFFSET of them.
+        let page_size = match self.b.limit {
+            Some(l) => {
+                (l.saturating_add(self.b.offset)).clamp(1, self.opts.page_size as u64) as usize
+            }
+            None => self.opts.page_size,
+        };
         let mut stream = self.store.scan(
             &table,
             &query,
             ScanOptions {
-                page_size: self.opts.page_size,
+                page_size,
+                limit: self.b.limit.map(|l| l.saturating_add(self.b.offset)),
                 parallelism,
                 retry: self.opts.retry.clone(),
             },

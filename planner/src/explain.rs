@@ -211,6 +211,11 @@ pub fn advice(b: &BoundSelect, est: &Estimate) -> Vec<String> {
             out.push(format!(
                 "Full scan filtered on {col}: if this query is frequent, {col} would make a better PartitionKey (or key a second copy of each row by it, the seeds' duplicate-row pattern), turning it into a point or row-range query."
             ));
+        } else if !rk_only && b.limit.is_some() {
+            out.push(format!(
+                "Full scan: with no condition on {}, partitions are read in key order until the LIMIT is met (about {} entities here).",
+                table.partition_key, est.scanned
+            ));
         } else if !rk_only {
             out.push(format!(
                 "Full scan: every entity of {} is read ({} entities). Add a condition on {} to read fewer partitions.",

@@ -254,6 +254,18 @@ impl KeySet {
     /// dimension only where their union is one box, and caps the count.
     pub fn normalize(&mut self) {
         self.boxes.retain(|b| !b.pk.is_empty() && !b.rk.is_empty());
+        // '' is the smallest key: `>= ''` is no bound at all, and
+        // `<= ''` is the point ''.
+        for b in &mut self.boxes {
+            for i in [&mut b.pk, &mut b.rk] {
+                let empty = |x: &Bound<String>| matches!(x, Bound::Included(s) if s.is_empty());
+                if empty(&i.hi) {
+                    *i = KeyInterval::point("");
+                } else if empty(&i.lo) {
+                    i.lo = Bound::Unbounded;
+                }
+            }
+        }
         if self.is_all() {
             self.boxes = vec![KeyBox::all()];
             return;
@@ -390,6 +402,20 @@ pub fn nnf(e: &BExpr, negate: bool) -> BExpr {
                 negated,
             }
         }
+        // A NULL bound: spell BETWEEN out so each comparison folds by
+        // itself (`x NOT BETWEEN NULL AND 5` is true where x > 5).
+        BExpr::Between {
+            expr,
+            low,
+            high,
+            negated,
+        } if matches!(**low, BExpr::Null) || matches!(**high, BExpr::Null) => nnf(
+            &BExpr::And(vec![
+                BExpr::Cmp(expr.clone(), CmpOp::Ge, low.clone()),
+                BExpr::Cmp(expr.clone(), CmpOp::Le, high.clone()),
+            ]),
+            negate != *negated,
+        ),
         BExpr::Between {
             expr,
             low,

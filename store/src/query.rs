@@ -120,8 +120,12 @@ impl KeyInterval {
         KeyInterval { lo: lo_b, hi: hi_b }
     }
 
-    /// True when no key can lie inside.
+    /// True when no key can lie inside. The empty string is the smallest
+    /// key, so nothing lies below it.
     pub fn is_empty(&self) -> bool {
+        if matches!(&self.hi, Bound::Excluded(h) if h.is_empty()) {
+            return true;
+        }
         match (&self.lo, &self.hi) {
             (Bound::Included(a), Bound::Included(b)) => a > b,
             (Bound::Included(a), Bound::Excluded(b))

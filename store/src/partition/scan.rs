@@ -31,6 +31,9 @@ pub struct ScanOptions {
     pub parallelism: usize,
     /// Retry policy for ServerBusy and timeouts.
     pub retry: RetryPolicy,
+    /// Stop requesting pages once this many entities came back (a pushed
+    /// LIMIT): no read-ahead past what the caller can use.
+    pub limit: Option<u64>,
 }
 
 impl Default for ScanOptions {
@@ -39,6 +42,7 @@ impl Default for ScanOptions {
             page_size: crate::limits::MAX_PAGE_SIZE,
             parallelism: 4,
             retry: RetryPolicy::default(),
+            limit: None,
         }
     }
 }
@@ -214,6 +218,9 @@ async fn scan_segment(
 ) {
     let mut req = PageRequest::first(opts.page_size);
     loop {
+        if opts.limit.is_some_and(|l| stats.lock().returned >= l) {
+            return;
+        }
         let mut retry = RetryStats::default();
         let page = with_retry(&opts.retry, &mut retry, || {
             store.query(table, &seg.query, &req)

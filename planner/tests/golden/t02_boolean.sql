@@ -1,0 +1,21 @@
+-- AND / OR / NOT normalization, contradictions, tautologies, NULLs.
+SELECT name FROM registrations WHERE NOT (race < '2026 NYC');
+SELECT name FROM registrations WHERE NOT NOT race = '2026 NYC__Full';
+SELECT name FROM registrations WHERE NOT (race = '2026 NYC__Full' AND runner = 'BIB:00001__Dmitri');
+SELECT name FROM registrations WHERE NOT (race <> '2026 NYC__Full' OR runner < 'BIB:');
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' OR race = '2026 Berlin__Full';
+SELECT name FROM registrations WHERE (race = '2026 NYC__Full' AND runner = 'BIB:00001__Dmitri') OR (race = '2026 Boston__Full' AND runner = 'BIB:00002__Emma');
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' OR age > 70;
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' AND (runner < 'AGE:020' OR runner > 'BIB:00040');
+SELECT name FROM registrations WHERE race > 'z' AND race < 'a';
+SELECT name FROM registrations WHERE race = 'a' AND race IN ('b', 'c');
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' AND runner = 'x' AND runner = 'y';
+SELECT name FROM registrations WHERE race IS NULL;
+SELECT name FROM registrations WHERE race IS NOT NULL AND race = '2026 NYC__Full';
+SELECT name FROM registrations WHERE city IS NULL AND race = '2026 NYC__Full';
+SELECT name FROM registrations WHERE age = NULL;
+SELECT name FROM registrations WHERE race IN ('2026 NYC__Full', NULL);
+SELECT name FROM registrations WHERE race NOT IN ('2026 NYC__Full', NULL);
+SELECT name FROM registrations WHERE 1 = 0;
+SELECT name FROM registrations WHERE 1 = 1 AND race = '2026 NYC__Full';
+SELECT name FROM registrations WHERE true;
