@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tablegate_gateway::{Server, ServerConfig};
+use tablegate_gateway::{AuthMode, Server, ServerConfig, UserStore};
 use tablegate_planner::Planner;
 use tablegate_store::{LocalStore, PartitionConfig, PartitionedStore, StoreOptions};
 
@@ -39,6 +39,10 @@ struct ServeArgs {
     /// Throttling at the seeds' scalability targets (on) or none (off).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     throttle: String,
+    /// Client authentication: trust (loopback only) or scram (SCRAM-SHA-256
+    /// against users set with `tablegate user set`).
+    #[arg(long, default_value = "trust", value_parser = ["trust", "scram"], env = "TABLEGATE_AUTH")]
+    auth: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -56,6 +60,25 @@ enum Command {
         /// of serving.
         #[arg(long)]
         explain_only: bool,
+    },
+    /// Manage the users of SCRAM authentication.
+    User {
+        #[command(subcommand)]
+        action: UserAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UserAction {
+    /// Create a user or change its password. The password is read from
+    /// TABLEGATE_PASSWORD or, if unset, from the first line of standard
+    /// input; only its SCRAM verifier is stored.
+    Set {
+        /// User name.
+        name: String,
+        /// Data directory.
+        #[arg(long, default_value = "tablegate-data", env = "TABLEGATE_DATA")]
+        data: PathBuf,
     },
 }
 
@@ -86,11 +109,21 @@ async fn shutdown_signal() {
 
 async fn serve(planner: Planner, args: &ServeArgs) -> Result<(), String> {
     let _balancer = planner.store().spawn_balancer();
+    let auth = match args.auth.as_str() {
+        "scram" => {
+            let system = std::sync::Arc::new(planner.store().local().clone());
+            AuthMode::Scram(std::sync::Arc::new(
+                UserStore::open(system).await.map_err(|e| e.to_string())?,
+            ))
+        }
+        _ => AuthMode::Trust,
+    };
     let server = Server::bind(
         args.listen,
         planner,
         ServerConfig {
             max_connections: args.max_connections,
+            auth,
             ..Default::default()
         },
     )
@@ -121,6 +154,34 @@ async fn main() -> ExitCode {
             Command::Serve(args) => {
                 let planner = open(&args).await?;
                 serve(planner, &args).await
+            }
+            Command::User {
+                action: UserAction::Set { name, data },
+            } => {
+                let password = match std::env::var("TABLEGATE_PASSWORD") {
+                    Ok(p) => p,
+                    Err(_) => {
+                        let mut line = String::new();
+                        std::io::stdin()
+                            .read_line(&mut line)
+                            .map_err(|e| e.to_string())?;
+                        line.trim_end_matches(['\r', '\n']).to_owned()
+                    }
+                };
+                if password.is_empty() {
+                    return Err("an empty password is not allowed".to_owned());
+                }
+                let local =
+                    LocalStore::open(&data, StoreOptions::default()).map_err(|e| e.to_string())?;
+                let users = UserStore::open(std::sync::Arc::new(local))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                users
+                    .set_password(&name, &password)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                println!("user {name} set (SCRAM-SHA-256 verifier stored, not the password)");
+                Ok(())
             }
             Command::Demo {
                 serve: args,

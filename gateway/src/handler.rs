@@ -31,6 +31,7 @@ use tablegate_catalog::SqlType;
 use tablegate_planner::{Plan, Planner, SelectPlan};
 use tablegate_store::Value;
 
+use crate::auth::{AuthMode, ScramStartup};
 use crate::cancel::{CancelRegistry, CancelSignal, RegistryCancelHandler};
 use crate::encode::{self, Stop, error_info, fields, pg_type, text_field, wire_error};
 use crate::session::{Session, version_string};
@@ -278,8 +279,9 @@ pub struct ConnHandler {
     cancel: Arc<CancelSignal>,
     registry: Arc<CancelRegistry>,
     /// Process id given at startup (for cancel requests).
-    pid: Mutex<Option<i32>>,
+    pid: Arc<Mutex<Option<i32>>>,
     cursors: Cursors,
+    auth: AuthMode,
 }
 
 impl Drop for ConnHandler {
@@ -298,7 +300,7 @@ pub struct Connection {
 
 impl Connection {
     /// A fresh session over `planner`, cancellable through `registry`.
-    pub fn new(planner: Planner, registry: Arc<CancelRegistry>) -> Self {
+    pub fn new(planner: Planner, registry: Arc<CancelRegistry>, auth: AuthMode) -> Self {
         let cursors = Cursors::default();
         Connection {
             handler: Arc::new(ConnHandler {
@@ -311,7 +313,8 @@ impl Connection {
                 session: Mutex::new(Session::default()),
                 cancel: Arc::new(CancelSignal::default()),
                 registry,
-                pid: Mutex::new(None),
+                pid: Arc::new(Mutex::new(None)),
+                auth,
             }),
         }
     }
@@ -327,11 +330,48 @@ impl PgWireServerHandlers for Connection {
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        self.handler.clone()
+        let h = &self.handler;
+        Arc::new(match &h.auth {
+            AuthMode::Trust => Startup::Trust(h.clone()),
+            AuthMode::Scram(users) => Startup::Scram(ScramStartup::new(
+                users.clone(),
+                h.registry.clone(),
+                h.cancel.clone(),
+                h.pid.clone(),
+            )),
+        })
     }
 
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
         Arc::new(RegistryCancelHandler(self.handler.registry.clone()))
+    }
+}
+
+/// The startup handler of a connection: trust or SCRAM.
+#[derive(Debug)]
+pub enum Startup {
+    /// No password (loopback only).
+    Trust(Arc<ConnHandler>),
+    /// SCRAM-SHA-256.
+    Scram(ScramStartup),
+}
+
+#[async_trait]
+impl pgwire::api::auth::StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match self {
+            Startup::Trust(h) => h.on_startup(client, message).await,
+            Startup::Scram(s) => s.on_startup(client, message).await,
+        }
     }
 }
 

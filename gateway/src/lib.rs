@@ -6,13 +6,15 @@
 //!   protocols, sharing one `prepare` → `run` path; results stream.
 //! - [`session`] — SET / SHOW settings, per connection.
 //! - [`cancel`] — cancel requests routed to the running statement (57014).
+//! - [`auth`] — SCRAM-SHA-256 against stored verifiers, or trust (loopback
+//!   only).
 //! - [`encode`] — Arrow record batches to DataRows (text and binary).
 //! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
 //!
-//! Deliberately limited for now (see the README): trust authentication on
-//! loopback only (no SCRAM, no TLS yet), no COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
+//! Deliberately limited for now (see the README): no TLS yet, no COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
 //! BEGIN/COMMIT accepted but carrying no writes.
 
+pub mod auth;
 pub mod cancel;
 pub mod encode;
 pub mod handler;
@@ -20,5 +22,6 @@ pub mod server;
 pub mod session;
 pub mod sqlstate;
 
+pub use auth::{AuthMode, UserStore};
 pub use server::{Server, ServerConfig};
 pub use sqlstate::PgError;

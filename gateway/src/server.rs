@@ -15,6 +15,7 @@ use tablegate_planner::Planner;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::auth::AuthMode;
 use crate::cancel::CancelRegistry;
 use crate::handler::Connection;
 
@@ -25,6 +26,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// How long shutdown waits for connections to finish.
     pub shutdown_grace: Duration,
+    /// How clients authenticate.
+    pub auth: AuthMode,
 }
 
 impl Default for ServerConfig {
@@ -32,6 +35,7 @@ impl Default for ServerConfig {
         ServerConfig {
             max_connections: 100,
             shutdown_grace: Duration::from_secs(10),
+            auth: AuthMode::Trust,
         }
     }
 }
@@ -56,7 +60,7 @@ impl Server {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
                 format!(
-                    "refusing to listen on {addr}: this build only has trust authentication, which is allowed on loopback addresses only"
+                    "refusing to listen on {addr} with trust authentication: trust is allowed on loopback addresses only (use --auth scram)"
                 ),
             ));
         }
@@ -98,7 +102,7 @@ impl Server {
                     }
                     active.fetch_add(1, Ordering::SeqCst);
                     let guard = ActiveGuard(active.clone());
-                    let handlers = Connection::new(self.planner.clone(), registry.clone());
+                    let handlers = Connection::new(self.planner.clone(), registry.clone(), self.config.auth.clone());
                     tokio::spawn(async move {
                         let _guard = guard;
                         // Protocol errors end this connection only.

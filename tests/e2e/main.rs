@@ -3,6 +3,7 @@
 //! by client.
 
 mod abuse;
+mod auth;
 mod driver;
 mod psql;
 mod server;

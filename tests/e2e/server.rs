@@ -15,7 +15,11 @@ impl TestServer {
     /// Starts `tablegate demo` (20 runners unless `extra` says otherwise)
     /// with extra arguments and waits until it listens.
     pub fn demo(extra: &[&str]) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
+        Self::demo_in(tempfile::tempdir().unwrap(), extra)
+    }
+
+    /// Like [`demo`](Self::demo), in a data directory the test prepared.
+    pub fn demo_in(dir: tempfile::TempDir, extra: &[&str]) -> TestServer {
         let runners: &[&str] = if extra.contains(&"--runners") {
             &[]
         } else {

@@ -1,0 +1,195 @@
+//! Authentication: SCRAM-SHA-256 against stored verifiers, or trust.
+//!
+//! Users live in the store's system table `tgsys_users` as SCRAM
+//! verifiers — salt, iteration count, StoredKey and ServerKey — never as
+//! passwords or salted passwords: a stolen data directory does not let
+//! anyone log in. Trust is only allowed on loopback addresses (the server
+//! refuses to bind otherwise).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::Sink;
+use parking_lot::Mutex;
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::sasl::scram::{ScramAuth, ScramSecret, gen_salted_password, random_nonce};
+use pgwire::api::auth::{
+    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
+use pgwire::api::{ClientInfo, PgWireConnectionState};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tablegate_store::{EntityWrite, Operation, StoreError, TableStore, Value};
+
+use crate::cancel::{CancelRegistry, CancelSignal};
+
+/// The system table holding user verifiers.
+pub const USERS_TABLE: &str = "tgsys_users";
+const USERS_PARTITION: &str = "users";
+/// PBKDF2 iterations for new verifiers (PostgreSQL's default).
+pub const SCRAM_ITERATIONS: usize = 4096;
+
+/// How clients authenticate.
+#[derive(Debug, Clone)]
+pub enum AuthMode {
+    /// No password (loopback only).
+    Trust,
+    /// SCRAM-SHA-256 against the stored verifiers.
+    Scram(Arc<UserStore>),
+}
+
+/// Users and their SCRAM verifiers, in the store.
+#[derive(Debug)]
+pub struct UserStore {
+    system: Arc<dyn TableStore>,
+}
+
+fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
+    match v {
+        Some(Value::Binary(b)) => Some(b.clone()),
+        _ => None,
+    }
+}
+
+impl UserStore {
+    /// Opens (creating if needed) the users table in `system`.
+    pub async fn open(system: Arc<dyn TableStore>) -> Result<UserStore, StoreError> {
+        match system.create_table(USERS_TABLE).await {
+            Ok(_) | Err(StoreError::TableExists { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(UserStore { system })
+    }
+
+    /// Creates or replaces a user's verifier from a password (which is
+    /// then forgotten).
+    pub async fn set_password(&self, user: &str, password: &str) -> Result<(), StoreError> {
+        let salt = random_nonce().into_bytes();
+        let salted = gen_salted_password(password, &salt, SCRAM_ITERATIONS);
+        let ScramSecret::Verifier {
+            salt,
+            iterations,
+            stored_key,
+            server_key,
+        } = ScramSecret::verifier_from_salted_password(salt, salted, SCRAM_ITERATIONS)
+        else {
+            unreachable!("verifier_from_salted_password returns a verifier");
+        };
+        let w = EntityWrite::new(USERS_PARTITION, user)
+            .with("salt", Value::Binary(salt))
+            .with("iterations", Value::Int32(iterations as i32))
+            .with("stored_key", Value::Binary(stored_key))
+            .with("server_key", Value::Binary(server_key));
+        self.system
+            .execute(USERS_TABLE, vec![Operation::InsertOrReplace(w)])
+            .await?;
+        Ok(())
+    }
+
+    /// A user's verifier, if the user exists.
+    pub async fn verifier(&self, user: &str) -> Result<Option<ScramSecret>, StoreError> {
+        let Some(e) = self.system.get(USERS_TABLE, USERS_PARTITION, user).await? else {
+            return Ok(None);
+        };
+        let p = &e.properties;
+        match (
+            bytes(p.get("salt")),
+            p.get("iterations"),
+            bytes(p.get("stored_key")),
+            bytes(p.get("server_key")),
+        ) {
+            (Some(salt), Some(Value::Int32(it)), Some(stored_key), Some(server_key)) => {
+                Ok(Some(ScramSecret::Verifier {
+                    salt,
+                    iterations: *it as usize,
+                    stored_key,
+                    server_key,
+                }))
+            }
+            _ => Err(StoreError::Corrupt(format!(
+                "verifier of user {user:?} is incomplete"
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl AuthSource for UserStore {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        // Only SCRAM is offered; there is no password to give.
+        Err(PgWireError::InvalidPassword(
+            login.user().unwrap_or_default().to_owned(),
+        ))
+    }
+
+    async fn get_scram_secret(&self, login: &LoginInfo) -> PgWireResult<(ScramSecret, Option<()>)> {
+        let user = login.user().unwrap_or_default().to_owned();
+        match self.verifier(&user).await {
+            Ok(Some(v)) => Ok((v, None)),
+            // Unknown users fail exactly like wrong passwords (28P01), so
+            // the error does not reveal which users exist.
+            Ok(None) => Err(PgWireError::InvalidPassword(user)),
+            Err(e) => Err(PgWireError::ApiError(Box::new(e))),
+        }
+    }
+}
+
+/// SCRAM startup that, once the client is authenticated, makes the session
+/// reachable by cancel requests.
+pub struct ScramStartup {
+    inner: SASLAuthStartupHandler<DefaultServerParameterProvider>,
+    registry: Arc<CancelRegistry>,
+    cancel: Arc<CancelSignal>,
+    pid: Arc<Mutex<Option<i32>>>,
+}
+
+impl Debug for ScramStartup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramStartup").finish_non_exhaustive()
+    }
+}
+
+impl ScramStartup {
+    /// A SCRAM handler over `users` for one connection.
+    pub fn new(
+        users: Arc<UserStore>,
+        registry: Arc<CancelRegistry>,
+        cancel: Arc<CancelSignal>,
+        pid: Arc<Mutex<Option<i32>>>,
+    ) -> Self {
+        let mut params = DefaultServerParameterProvider::default();
+        params.scram_iterations = SCRAM_ITERATIONS;
+        let inner = SASLAuthStartupHandler::new(Arc::new(params)).with_scram(ScramAuth::new(users));
+        ScramStartup {
+            inner,
+            registry,
+            cancel,
+            pid,
+        }
+    }
+}
+
+#[async_trait]
+impl StartupHandler for ScramStartup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.inner.on_startup(client, message).await?;
+        if matches!(client.state(), PgWireConnectionState::ReadyForQuery)
+            && self.pid.lock().is_none()
+        {
+            let (pid, secret) = client.pid_and_secret_key();
+            self.registry.register(pid, secret, self.cancel.clone());
+            *self.pid.lock() = Some(pid);
+        }
+        Ok(())
+    }
+}
