@@ -239,6 +239,9 @@ fn eval(p: &P, row: &Row) -> Option<bool> {
         }
         P::In(c, list, neg) => {
             let v = value(row, *c);
+            // Not try_fold: None is SQL's unknown, which must not stop the
+            // fold (a later TRUE still wins).
+            #[allow(clippy::manual_try_fold)]
             let r = list.iter().fold(Some(false), |acc, l| {
                 let eq = v
                     .as_ref()
