@@ -146,8 +146,19 @@ async fn serve(planner: Planner, args: &ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Bigger thread stacks than tokio's 2 MiB default: planning recurses
+    // over statement trees (their depth is bounded by the planner's
+    // operator limit, this is margin).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(8 << 20)
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(run())
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = async {
         match cli.command {

@@ -188,6 +188,8 @@ impl From<&PlanError> for PgError {
                 "aggregates, joins, sorts on other columns and functions run in the analytics engine, which this build does not include yet; simple key queries run natively",
             ),
             PlanError::FullScanRefused { hint, .. } => PgError::new(FULL_SCAN_REFUSED, m).hint(hint.clone()),
+            PlanError::TooComplex { too_long, .. } => PgError::new(if *too_long { "54000" } else { "54001" }, m)
+                .hint("split the statement, or use IN (...) lists instead of long OR chains"),
             PlanError::Catalog(c) => PgError::from(c),
             PlanError::Store(s) => PgError::from(s),
         }

@@ -74,6 +74,14 @@ pub enum PlanError {
         /// The hint: which key predicate would avoid it.
         hint: String,
     },
+    /// A statement too long or too deeply built to plan safely.
+    #[error("{message}")]
+    TooComplex {
+        /// What is too big.
+        message: String,
+        /// SQLSTATE 54000 (too long) or 54001 (too complex).
+        too_long: bool,
+    },
     /// The catalog refused.
     #[error(transparent)]
     Catalog(#[from] CatalogError),

@@ -453,17 +453,33 @@ impl<'a> Binder<'a> {
     pub fn predicate(&mut self, e: &Expr) -> Result<BExpr> {
         Ok(match e {
             Expr::Nested(inner) => self.predicate(inner)?,
-            Expr::BinaryOp { left, op, right } => match op {
-                BinaryOperator::And => {
-                    BExpr::And(vec![self.predicate(left)?, self.predicate(right)?])
+            // Long AND / OR chains are flattened without recursion: a
+            // 20,000-term OR is one node, not 20,000 nested ones, so nothing
+            // after binding recurses deeply.
+            Expr::BinaryOp {
+                op: op @ (BinaryOperator::And | BinaryOperator::Or),
+                ..
+            } => {
+                let mut terms = Vec::new();
+                let mut stack = vec![e];
+                while let Some(x) = stack.pop() {
+                    match strip(x) {
+                        Expr::BinaryOp { left, op: o, right } if o == op => {
+                            stack.push(right);
+                            stack.push(left);
+                        }
+                        leaf => terms.push(self.predicate(leaf)?),
+                    }
                 }
-                BinaryOperator::Or => {
-                    BExpr::Or(vec![self.predicate(left)?, self.predicate(right)?])
+                if *op == BinaryOperator::And {
+                    BExpr::And(terms)
+                } else {
+                    BExpr::Or(terms)
                 }
-                op => match cmp_op(op) {
-                    Some(c) => self.comparison(left, c, right, e)?,
-                    None => BExpr::Opaque(e.to_string()),
-                },
+            }
+            Expr::BinaryOp { left, op, right } => match cmp_op(op) {
+                Some(c) => self.comparison(left, c, right, e)?,
+                None => BExpr::Opaque(e.to_string()),
             },
             Expr::UnaryOp {
                 op: UnaryOperator::Not,

@@ -100,6 +100,9 @@ impl AccessClass {
 pub struct KeySet {
     /// The boxes; empty means no key.
     pub boxes: Vec<KeyBox>,
+    /// True when the boxes were widened (a superset of the keys): the
+    /// predicate that produced them must stay in the residual.
+    pub lossy: bool,
 }
 
 fn lo_max(a: &Bound<String>, b: &Bound<String>) -> Bound<String> {
@@ -189,16 +192,21 @@ impl KeySet {
     pub fn all() -> Self {
         KeySet {
             boxes: vec![KeyBox::all()],
+            lossy: false,
         }
     }
 
     /// No key.
     pub fn none() -> Self {
-        KeySet { boxes: Vec::new() }
+        KeySet {
+            boxes: Vec::new(),
+            lossy: false,
+        }
     }
 
     fn on(role: Role, intervals: Vec<KeyInterval>) -> Self {
         let mut s = KeySet {
+            lossy: false,
             boxes: intervals
                 .into_iter()
                 .map(|i| match role {
@@ -236,7 +244,10 @@ impl KeySet {
                 }
             }
         }
-        let mut s = KeySet { boxes };
+        let mut s = KeySet {
+            boxes,
+            lossy: self.lossy || other.lossy,
+        };
         s.normalize();
         s
     }
@@ -245,7 +256,10 @@ impl KeySet {
     pub fn or(&self, other: &KeySet) -> KeySet {
         let mut boxes = self.boxes.clone();
         boxes.extend(other.boxes.iter().cloned());
-        let mut s = KeySet { boxes };
+        let mut s = KeySet {
+            boxes,
+            lossy: self.lossy || other.lossy,
+        };
         s.normalize();
         s
     }
@@ -270,44 +284,29 @@ impl KeySet {
             self.boxes = vec![KeyBox::all()];
             return;
         }
-        loop {
-            let mut merged = false;
-            'outer: for i in 0..self.boxes.len() {
-                for j in i + 1..self.boxes.len() {
-                    let (a, b) = (&self.boxes[i], &self.boxes[j]);
-                    let union = if a.rk == b.rk && joinable(&a.pk, &b.pk) {
-                        Some(KeyBox {
-                            pk: KeyInterval::new(
-                                lo_min(&a.pk.lo, &b.pk.lo),
-                                hi_max(&a.pk.hi, &b.pk.hi),
-                            ),
-                            rk: a.rk.clone(),
-                        })
-                    } else if a.pk == b.pk && a.pk.as_point().is_some() && joinable(&a.rk, &b.rk) {
-                        Some(KeyBox {
-                            pk: a.pk.clone(),
-                            rk: KeyInterval::new(
-                                lo_min(&a.rk.lo, &b.rk.lo),
-                                hi_max(&a.rk.hi, &b.rk.hi),
-                            ),
-                        })
-                    } else {
-                        None
-                    };
-                    if let Some(u) = union {
-                        self.boxes[i] = u;
-                        self.boxes.remove(j);
-                        merged = true;
-                        break 'outer;
-                    }
+        self.boxes.sort_by_key(box_order);
+        self.boxes.dedup();
+        if self.boxes.len() <= EXHAUSTIVE_MERGE {
+            // Small sets: merge every pair that unites into one box.
+            while let Some((i, j, u)) = self.find_merge() {
+                self.boxes[i] = u;
+                self.boxes.remove(j);
+            }
+        } else {
+            // Large sets (a long IN list): one pass over sorted neighbours,
+            // O(n log n) overall, so a huge list cannot stall the planner.
+            let mut out: Vec<KeyBox> = Vec::with_capacity(self.boxes.len());
+            for b in std::mem::take(&mut self.boxes) {
+                match out.last().and_then(|a| union_of(a, &b)) {
+                    Some(u) => *out.last_mut().expect("non-empty") = u,
+                    None => out.push(b),
                 }
             }
-            if !merged {
-                break;
-            }
+            self.boxes = out;
         }
         if self.boxes.len() > MAX_BOXES {
-            // Too fine-grained to be worth it: keep the hull.
+            // Too fine-grained to be worth it: keep the hull, which is a
+            // superset — the set is no longer exact, and says so.
             let pk = self
                 .boxes
                 .iter()
@@ -317,8 +316,42 @@ impl KeySet {
                 pk: pk.unwrap_or_else(KeyInterval::all),
                 rk: KeyInterval::all(),
             }];
+            self.lossy = true;
         }
         self.boxes.sort_by_key(box_order);
+    }
+}
+
+/// Sets up to this size are merged pairwise (quadratic, precise).
+const EXHAUSTIVE_MERGE: usize = 64;
+
+/// The one box covering `a` and `b`, when there is one.
+fn union_of(a: &KeyBox, b: &KeyBox) -> Option<KeyBox> {
+    if a.rk == b.rk && joinable(&a.pk, &b.pk) {
+        Some(KeyBox {
+            pk: KeyInterval::new(lo_min(&a.pk.lo, &b.pk.lo), hi_max(&a.pk.hi, &b.pk.hi)),
+            rk: a.rk.clone(),
+        })
+    } else if a.pk == b.pk && a.pk.as_point().is_some() && joinable(&a.rk, &b.rk) {
+        Some(KeyBox {
+            pk: a.pk.clone(),
+            rk: KeyInterval::new(lo_min(&a.rk.lo, &b.rk.lo), hi_max(&a.rk.hi, &b.rk.hi)),
+        })
+    } else {
+        None
+    }
+}
+
+impl KeySet {
+    fn find_merge(&self) -> Option<(usize, usize, KeyBox)> {
+        for i in 0..self.boxes.len() {
+            for j in i + 1..self.boxes.len() {
+                if let Some(u) = union_of(&self.boxes[i], &self.boxes[j]) {
+                    return Some((i, j, u));
+                }
+            }
+        }
+        None
     }
 }
 
@@ -509,8 +542,15 @@ pub enum LikeShape {
     Other,
 }
 
-/// The key set of an NNF expression and whether it is exact.
+/// The key set of an NNF expression and whether it is exact (a widened,
+/// lossy set never is).
 pub fn derive(e: &BExpr) -> (KeySet, bool) {
+    let (set, exact) = derive_node(e);
+    let exact = exact && !set.lossy;
+    (set, exact)
+}
+
+fn derive_node(e: &BExpr) -> (KeySet, bool) {
     match e {
         BExpr::Bool(true) => (KeySet::all(), true),
         BExpr::Bool(false) => (KeySet::none(), true),
@@ -518,10 +558,20 @@ pub fn derive(e: &BExpr) -> (KeySet, bool) {
             let (t, ey) = derive(x);
             (s.and(&t), ex && ey)
         }),
-        BExpr::Or(v) => v.iter().fold((KeySet::none(), true), |(s, ex), x| {
-            let (t, ey) = derive(x);
-            (s.or(&t), ex && ey)
-        }),
+        // Unions are gathered and normalized once: folding pairwise would
+        // re-normalize a growing set for every term of a long OR.
+        BExpr::Or(v) => {
+            let mut all = KeySet::none();
+            let mut exact = true;
+            for x in v {
+                let (t, ey) = derive(x);
+                exact &= ey;
+                all.lossy |= t.lossy;
+                all.boxes.extend(t.boxes);
+            }
+            all.normalize();
+            (all, exact)
+        }
         BExpr::Cmp(a, op, b) => match (key_role(a), lit_str(b)) {
             (Some(role), Some(v)) => (KeySet::on(role, interval_for(*op, v)), true),
             _ => (KeySet::all(), false),
@@ -611,6 +661,7 @@ fn row_keyset(left: &[BExpr], op: CmpOp, right: &[BExpr]) -> (KeySet, bool) {
         ([Some(r)], [Some(v)]) => (KeySet::on(*r, interval_for(op, v)), true),
         ([Some(Role::PartitionKey), Some(Role::RowKey)], [Some(a), Some(b)]) => {
             let pk_eq = |rk: Vec<KeyInterval>| KeySet {
+                lossy: false,
                 boxes: rk
                     .into_iter()
                     .map(|rk| KeyBox {
@@ -830,6 +881,7 @@ impl Access {
                 set
             } else {
                 set.and(&KeySet {
+                    lossy: false,
                     boxes: vec![KeyBox {
                         pk: KeyInterval::all(),
                         rk: KeyInterval::point(""),

@@ -150,7 +150,14 @@ impl Planner {
     }
 
     /// Parses SQL text (PostgreSQL dialect) into statements.
+    ///
+    /// Deliberately limited: statements over [`MAX_STATEMENT_BYTES`] are
+    /// refused, and so are those with more than [`MAX_OPERATORS`] operators.
+    /// A long operator chain parses into a tree as deep as the chain, and
+    /// walking or even dropping such a tree can overflow a thread's stack,
+    /// which would abort the whole server.
     pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+        check_size(sql)?;
         Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
             let message = e.to_string();
             let position = parse_position(sql, &message);
@@ -347,6 +354,61 @@ impl Planner {
             explain::render_text(&bound, &est, actual.as_ref())
         })
     }
+}
+
+/// Longest statement text accepted.
+pub const MAX_STATEMENT_BYTES: usize = 1 << 20;
+/// Most operators (AND, OR, arithmetic, comparisons) in one text.
+pub const MAX_OPERATORS: usize = 2_000;
+
+fn check_size(sql: &str) -> Result<()> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    if sql.len() > MAX_STATEMENT_BYTES {
+        return Err(PlanError::TooComplex {
+            message: format!(
+                "statement is {} bytes; the limit is {MAX_STATEMENT_BYTES}",
+                sql.len()
+            ),
+            too_long: true,
+        });
+    }
+    // Short texts cannot hold that many operators: skip the extra pass.
+    if sql.len() <= 2 * MAX_OPERATORS {
+        return Ok(());
+    }
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .map_err(|e| PlanError::Syntax {
+            message: e.to_string(),
+            position: None,
+        })?;
+    let operators = tokens
+        .iter()
+        .filter(|t| match t {
+            Token::Word(w) => matches!(w.keyword, Keyword::AND | Keyword::OR | Keyword::NOT),
+            Token::Plus
+            | Token::Minus
+            | Token::Mul
+            | Token::Div
+            | Token::Mod
+            | Token::StringConcat
+            | Token::Eq
+            | Token::Neq
+            | Token::Lt
+            | Token::Gt
+            | Token::LtEq
+            | Token::GtEq => true,
+            _ => false,
+        })
+        .count();
+    if operators > MAX_OPERATORS {
+        return Err(PlanError::TooComplex {
+            message: format!("statement has {operators} operators; the limit is {MAX_OPERATORS}"),
+            too_long: false,
+        });
+    }
+    Ok(())
 }
 
 /// The 1-based character position in `sql` of a sqlparser error message's

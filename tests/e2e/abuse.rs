@@ -126,3 +126,61 @@ async fn malformed_messages_do_not_hurt_other_clients() {
         .unwrap();
     assert!(peak_kb < 512 * 1024, "peak RSS {peak_kb} kB");
 }
+
+/// Statements built to exhaust the planner: a 20,000-term OR chain (a tree
+/// 20,000 deep), a 20,000-value IN list, and a text over the size limit.
+/// Each gets an error or an answer; the server never dies.
+#[tokio::test]
+async fn huge_and_deep_statements_are_refused_or_answered() {
+    let s = TestServer::demo(&["--throttle", "off"]);
+    let (client, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let deep = format!(
+        "SELECT name FROM registrations WHERE {}",
+        (0..20_000)
+            .map(|i| format!("age = {i}"))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    );
+    let err = client.simple_query(&deep).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("54001"), "{err:?}");
+    // Within the limit, a long OR chain plans and runs.
+    let ok = format!(
+        "SELECT name FROM registrations WHERE race = '2026 New York City Marathon__Full' AND ({})",
+        (0..900)
+            .map(|i| format!("age = {i}"))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    );
+    assert!(!client.simple_query(&ok).await.unwrap().is_empty());
+    // A 20,000-value IN list on the PartitionKey: widened to a hull for the
+    // scan, exact in the result, and quick.
+    let started = std::time::Instant::now();
+    let list = (0..20_000)
+        .map(|i| format!("'race {i:05}'"))
+        .chain(["'2026 New York City Marathon__Full'".to_owned()])
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = client
+        .query(
+            &format!("SELECT runner FROM registrations WHERE race IN ({list})"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 40, "exactly the NYC__Full rows");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let huge = format!(
+        "SELECT name FROM registrations WHERE name = '{}'",
+        "x".repeat(2 << 20)
+    );
+    let err = client.simple_query(&huge).await.unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("54000"), "{err:?}");
+    client.simple_query("SELECT version()").await.unwrap();
+    let mut s = s;
+    assert!(s.child.try_wait().unwrap().is_none(), "the server exited");
+}

@@ -387,3 +387,39 @@ async fn native_results_equal_brute_force() {
     }
     assert_eq!(checked, 450);
 }
+
+/// IN lists longer than the planner's box budget are widened to a hull for
+/// the scan; the list itself must stay in the residual filter.
+#[tokio::test]
+async fn long_in_lists_stay_exact() {
+    let (planner, rows) = setup(0x5EED).await;
+    let mut values: Vec<String> = (0..1_500).map(|i| format!("'zz{i:04}'")).collect();
+    values.push("'a'".into());
+    values.push("'111'".into());
+    let query = format!("SELECT pk, rk FROM tbl WHERE pk IN ({})", values.join(", "));
+    let Plan::Select(select) = planner
+        .plan(&Planner::parse(&query).unwrap()[0], &query)
+        .unwrap()
+    else {
+        panic!()
+    };
+    let (batches, _) = planner
+        .execute(&select, &[], &ExecOptions::default())
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let got: Vec<String> = batches
+        .iter()
+        .flat_map(|b| {
+            let pk = b.column(0).as_string::<i32>();
+            (0..b.num_rows()).map(move |i| pk.value(i).to_owned())
+        })
+        .collect();
+    let expected: Vec<String> = rows
+        .iter()
+        .filter(|r| r.pk == "a" || r.pk == "111")
+        .map(|r| r.pk.clone())
+        .collect();
+    assert_eq!(got, expected);
+}
