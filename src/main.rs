@@ -43,6 +43,13 @@ struct ServeArgs {
     /// against users set with `tablegate user set`).
     #[arg(long, default_value = "trust", value_parser = ["trust", "scram"], env = "TABLEGATE_AUTH")]
     auth: String,
+    /// TLS certificate chain (PEM). With --tls-key, TLS is required for
+    /// every connection.
+    #[arg(long, requires = "tls_key", env = "TABLEGATE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert", env = "TABLEGATE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -118,12 +125,17 @@ async fn serve(planner: Planner, args: &ServeArgs) -> Result<(), String> {
         }
         _ => AuthMode::Trust,
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tablegate_gateway::tls::acceptor(cert, key)?),
+        _ => None,
+    };
     let server = Server::bind(
         args.listen,
         planner,
         ServerConfig {
             max_connections: args.max_connections,
             auth,
+            tls,
             ..Default::default()
         },
     )

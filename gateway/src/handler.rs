@@ -282,6 +282,8 @@ pub struct ConnHandler {
     pid: Arc<Mutex<Option<i32>>>,
     cursors: Cursors,
     auth: AuthMode,
+    /// Refuse sessions that did not negotiate TLS.
+    tls_required: bool,
 }
 
 impl Drop for ConnHandler {
@@ -315,8 +317,20 @@ impl Connection {
                 registry,
                 pid: Arc::new(Mutex::new(None)),
                 auth,
+                tls_required: false,
             }),
         }
+    }
+}
+
+impl Connection {
+    /// Requires TLS: a client that did not negotiate it is refused (28000).
+    #[must_use]
+    pub fn require_tls(mut self, required: bool) -> Self {
+        if let Some(h) = Arc::get_mut(&mut self.handler) {
+            h.tls_required = required;
+        }
+        self
     }
 }
 
@@ -331,14 +345,18 @@ impl PgWireServerHandlers for Connection {
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
         let h = &self.handler;
-        Arc::new(match &h.auth {
-            AuthMode::Trust => Startup::Trust(h.clone()),
-            AuthMode::Scram(users) => Startup::Scram(ScramStartup::new(
+        let mode = match &h.auth {
+            AuthMode::Trust => StartupMode::Trust(h.clone()),
+            AuthMode::Scram(users) => StartupMode::Scram(ScramStartup::new(
                 users.clone(),
                 h.registry.clone(),
                 h.cancel.clone(),
                 h.pid.clone(),
             )),
+        };
+        Arc::new(Startup {
+            mode,
+            tls_required: h.tls_required,
         })
     }
 
@@ -347,9 +365,17 @@ impl PgWireServerHandlers for Connection {
     }
 }
 
-/// The startup handler of a connection: trust or SCRAM.
+/// The startup handler of a connection: trust or SCRAM, behind the TLS
+/// requirement.
 #[derive(Debug)]
-pub enum Startup {
+pub struct Startup {
+    mode: StartupMode,
+    tls_required: bool,
+}
+
+/// How a connection authenticates.
+#[derive(Debug)]
+pub enum StartupMode {
     /// No password (loopback only).
     Trust(Arc<ConnHandler>),
     /// SCRAM-SHA-256.
@@ -368,9 +394,17 @@ impl pgwire::api::auth::StartupHandler for Startup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        match self {
-            Startup::Trust(h) => h.on_startup(client, message).await,
-            Startup::Scram(s) => s.on_startup(client, message).await,
+        if self.tls_required && !client.is_secure() {
+            let mut info = error_info(
+                PgError::new("28000", "this server requires TLS")
+                    .hint("connect with sslmode=require"),
+            );
+            info.severity = "FATAL".to_owned();
+            return Err(PgWireError::UserError(Box::new(info)));
+        }
+        match &self.mode {
+            StartupMode::Trust(h) => h.on_startup(client, message).await,
+            StartupMode::Scram(s) => s.on_startup(client, message).await,
         }
     }
 }

@@ -8,10 +8,12 @@
 //! - [`cancel`] — cancel requests routed to the running statement (57014).
 //! - [`auth`] — SCRAM-SHA-256 against stored verifiers, or trust (loopback
 //!   only).
+//! - [`tls`] — TLS from certificate and key files; when configured it is
+//!   required (no plaintext fallback).
 //! - [`encode`] — Arrow record batches to DataRows (text and binary).
 //! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
 //!
-//! Deliberately limited for now (see the README): no TLS yet, no COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
+//! Deliberately limited for now (see the README): no COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
 //! BEGIN/COMMIT accepted but carrying no writes.
 
 pub mod auth;
@@ -21,6 +23,7 @@ pub mod handler;
 pub mod server;
 pub mod session;
 pub mod sqlstate;
+pub mod tls;
 
 pub use auth::{AuthMode, UserStore};
 pub use server::{Server, ServerConfig};

@@ -28,6 +28,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// How clients authenticate.
     pub auth: AuthMode,
+    /// TLS (then required for every connection).
+    pub tls: Option<crate::tls::Tls>,
 }
 
 impl Default for ServerConfig {
@@ -36,6 +38,7 @@ impl Default for ServerConfig {
             max_connections: 100,
             shutdown_grace: Duration::from_secs(10),
             auth: AuthMode::Trust,
+            tls: None,
         }
     }
 }
@@ -102,11 +105,13 @@ impl Server {
                     }
                     active.fetch_add(1, Ordering::SeqCst);
                     let guard = ActiveGuard(active.clone());
-                    let handlers = Connection::new(self.planner.clone(), registry.clone(), self.config.auth.clone());
+                    let handlers = Connection::new(self.planner.clone(), registry.clone(), self.config.auth.clone())
+                        .require_tls(self.config.tls.is_some());
+                    let tls = self.config.tls.clone().map(|t| t.0);
                     tokio::spawn(async move {
                         let _guard = guard;
                         // Protocol errors end this connection only.
-                        let _ = pgwire::tokio::process_socket(socket, None, handlers).await;
+                        let _ = pgwire::tokio::process_socket(socket, tls, handlers).await;
                     });
                 }
             }

@@ -108,3 +108,63 @@ fn trust_is_refused_on_a_non_loopback_address() {
         "{stderr}"
     );
 }
+
+/// With a certificate and key, TLS is required: psql with sslmode=require
+/// connects, a plaintext client is refused (28000), never served in clear.
+#[test]
+fn tls_is_required_when_configured() {
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is installed");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let s = TestServer::demo(&[
+        "--throttle",
+        "off",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    let psql = |sslmode: &str| {
+        Command::new("psql")
+            .arg(format!(
+                "host=127.0.0.1 port={} user=tablegate dbname=tablegate sslmode={sslmode}",
+                s.port
+            ))
+            .args(["-X", "-t", "-c", "SELECT version()"])
+            .output()
+            .unwrap()
+    };
+    let secure = psql("require");
+    assert!(
+        secure.status.success(),
+        "{}",
+        String::from_utf8_lossy(&secure.stderr)
+    );
+    assert!(String::from_utf8_lossy(&secure.stdout).contains("tablegate"));
+    let plain = psql("disable");
+    assert!(!plain.status.success());
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert!(stderr.contains("this server requires TLS"), "{stderr}");
+}
