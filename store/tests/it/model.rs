@@ -729,6 +729,10 @@ fn in_bounds(lo: &Bound<String>, hi: &Bound<String>, k: &str) -> bool {
 }
 
 fn interval_empty(iv: &KeyInterval) -> bool {
+    // '' is the smallest key: nothing lies below it.
+    if matches!(&iv.hi, Bound::Excluded(h) if h.is_empty()) {
+        return true;
+    }
     match (&iv.lo, &iv.hi) {
         (Bound::Included(a), Bound::Included(b)) => a > b,
         (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
