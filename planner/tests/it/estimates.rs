@@ -3,22 +3,11 @@
 //! every class.
 
 use tablegate_planner::{ExecOptions, Plan, Planner};
-use tablegate_store::{
-    EntityWrite, LocalStore, Operation, PartitionConfig, PartitionedStore, Value,
-};
+use tablegate_store::{EntityWrite, Operation, Value};
 
 /// Loads `sizes[i]` rows into partition `p{i}`, 100 per EGT.
 async fn planner_with(sizes: &[usize]) -> Planner {
-    let store = PartitionedStore::new(
-        LocalStore::in_memory(),
-        PartitionConfig {
-            targets: None,
-            move_offline: std::time::Duration::ZERO,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let p = Planner::open(store.clone()).await.unwrap();
+    let (p, store) = super::fixture::empty_planner().await;
     let ddl = "CREATE TABLE facts (pk TEXT, rk TEXT, n INT, PRIMARY KEY (pk, rk))";
     p.run_ddl(&p.plan(&Planner::parse(ddl).unwrap()[0], ddl).unwrap())
         .await

@@ -15,6 +15,21 @@ pub const RACES: [&str; 6] = [
     "2026 NYC__Half",
 ];
 
+/// A planner over an empty in-memory store: throttling off and range moves
+/// instant, so tests see exact behaviour, not the targets.
+pub async fn empty_planner() -> (Planner, PartitionedStore) {
+    let store = PartitionedStore::new(
+        LocalStore::in_memory(),
+        PartitionConfig {
+            targets: None,
+            move_offline: std::time::Duration::ZERO,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    (Planner::open(store.clone()).await.unwrap(), store)
+}
+
 /// Runs one statement to completion (DDL or SELECT), for set-up.
 pub async fn run(p: &Planner, sql: &str) {
     for stmt in Planner::parse(sql).unwrap() {
@@ -33,16 +48,7 @@ pub async fn run(p: &Planner, sql: &str) {
 ///   partitions spread over 3 range partitions on different servers;
 /// - `events(id, title, capacity)` keyed by `id` alone, 20 entities.
 pub async fn planner() -> Planner {
-    let store = PartitionedStore::new(
-        LocalStore::in_memory(),
-        PartitionConfig {
-            targets: None,
-            move_offline: std::time::Duration::ZERO,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let p = Planner::open(store.clone()).await.unwrap();
+    let (p, store) = empty_planner().await;
     run(
         &p,
         "CREATE TABLE registrations (race TEXT, runner TEXT, name TEXT, age INT, city TEXT, \

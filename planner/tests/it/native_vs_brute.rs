@@ -6,9 +6,7 @@
 
 use arrow_array::cast::AsArray;
 use tablegate_planner::{ExecOptions, Plan, Planner};
-use tablegate_store::{
-    EntityWrite, LocalStore, Operation, PartitionConfig, PartitionedStore, Value,
-};
+use tablegate_store::{EntityWrite, Operation, Value};
 
 const PKS: &[&str] = &["", "a", "a_b", "a%", "ab", "b", "111", "2", "é"];
 const RKS: &[&str] = &["", "x", "xy", "y", "10", "9", "BIB:1", "AGE:2", "a_b"];
@@ -296,16 +294,7 @@ fn or3(a: Option<bool>, b: Option<bool>) -> Option<bool> {
 }
 
 async fn setup(seed: u64) -> (Planner, Vec<Row>) {
-    let store = PartitionedStore::new(
-        LocalStore::in_memory(),
-        PartitionConfig {
-            targets: None,
-            move_offline: std::time::Duration::ZERO,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let p = Planner::open(store.clone()).await.unwrap();
+    let (p, store) = super::fixture::empty_planner().await;
     let ddl = "CREATE TABLE tbl (pk TEXT, rk TEXT, n INT, s TEXT, PRIMARY KEY (pk, rk))";
     let plan = p.plan(&Planner::parse(ddl).unwrap()[0], ddl).unwrap();
     p.run_ddl(&plan).await.unwrap();
