@@ -907,7 +907,13 @@ impl Access {
             BExpr::And(v) => v.clone(),
             other => vec![other.clone()],
         };
-        let rest: Vec<BExpr> = conjuncts.into_iter().filter(|c| !derive(c).1).collect();
+        // A widened (lossy) key set enforces none of the conjuncts exactly,
+        // even those that are exact alone: all of them stay in the residual.
+        let rest: Vec<BExpr> = if set.lossy {
+            conjuncts
+        } else {
+            conjuncts.into_iter().filter(|c| !derive(c).1).collect()
+        };
         let residual = match rest.len() {
             0 => None,
             1 => rest.into_iter().next(),

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use tablegate_planner::{Plan, Planner};
+use tablegate_planner::{Plan, PlanError, Planner};
 
 use super::fixture;
 
@@ -39,12 +39,10 @@ fn statements(text: &str) -> Vec<String> {
 async fn explain(p: &Planner, sql: &str) -> String {
     let result = async {
         let stmts = Planner::parse(sql)?;
-        let stmt = stmts
-            .first()
-            .ok_or_else(|| tablegate_planner::PlanError::Syntax {
-                message: "empty".into(),
-                position: None,
-            })?;
+        let stmt = stmts.first().ok_or_else(|| PlanError::Syntax {
+            message: "empty".into(),
+            position: None,
+        })?;
         let select = match p.plan(stmt, sql)? {
             Plan::Select(s) => s,
             Plan::Explain { select, .. } => select,
@@ -63,8 +61,34 @@ async fn explain(p: &Planner, sql: &str) -> String {
     .await;
     match result {
         Ok(lines) => lines.join("\n"),
-        Err(e) => format!("ERROR: {e}"),
+        Err(e) => error_text(&e),
     }
+}
+
+/// An error as a client would see it: message, then the position (1-based
+/// character) and hint the gateway sends along, when there are any.
+fn error_text(e: &PlanError) -> String {
+    let mut out = format!("ERROR: {e}");
+    let position = match e {
+        PlanError::Syntax { position, .. }
+        | PlanError::UnknownTable { position, .. }
+        | PlanError::UnknownColumn { position, .. } => *position,
+        _ => None,
+    };
+    if let Some(p) = position {
+        out.push_str(&format!("\n  Position: {p}"));
+    }
+    let hint = match e {
+        PlanError::UnknownColumn { hint, .. } => hint.clone(),
+        PlanError::TypeMismatch { hint, .. }
+        | PlanError::Unsupported { hint, .. }
+        | PlanError::FullScanRefused { hint, .. } => Some(hint.clone()),
+        _ => None,
+    };
+    if let Some(h) = hint.filter(|h| !h.is_empty()) {
+        out.push_str(&format!("\n  Hint: {h}"));
+    }
+    out
 }
 
 /// The value bound to `$n` in golden queries.

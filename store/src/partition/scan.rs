@@ -31,8 +31,8 @@ pub struct ScanOptions {
     pub parallelism: usize,
     /// Retry policy for ServerBusy and timeouts.
     pub retry: RetryPolicy,
-    /// Stop requesting pages once this many entities came back (a pushed
-    /// LIMIT): no read-ahead past what the caller can use.
+    /// A segment stops requesting pages once it returned this many
+    /// entities (a pushed LIMIT): no read-ahead past what the caller can use.
     pub limit: Option<u64>,
 }
 
@@ -217,8 +217,11 @@ async fn scan_segment(
     tx: &mpsc::Sender<Result<Page>>,
 ) {
     let mut req = PageRequest::first(opts.page_size);
+    // Counted per segment: a later segment's rows must not stop an earlier
+    // one, whose rows come first in key order.
+    let mut returned = 0u64;
     loop {
-        if opts.limit.is_some_and(|l| stats.lock().returned >= l) {
+        if opts.limit.is_some_and(|l| returned >= l) {
             return;
         }
         let mut retry = RetryStats::default();
@@ -246,6 +249,7 @@ async fn scan_segment(
                 s.tokens_followed += 1;
             }
         }
+        returned += page.entities.len() as u64;
         if tx.send(Ok(page)).await.is_err() {
             return;
         }

@@ -1,0 +1,38 @@
+-- ORDER BY, LIMIT / OFFSET, what needs the analytics engine, and errors
+-- (with the position and hint a client gets).
+SELECT name FROM registrations WHERE race IN ('2026 NYC__Full', '2026 Berlin__Full') ORDER BY race, runner;
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' ORDER BY runner, race;
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' ORDER BY runner DESC;
+SELECT name FROM registrations WHERE race IN ('2026 NYC__Full', '2026 Berlin__Full') ORDER BY runner;
+SELECT name FROM registrations ORDER BY race ASC, runner ASC;
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' LIMIT 0;
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' OFFSET 95;
+SELECT name FROM registrations WHERE age > 70 LIMIT 5;
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' AND city = 'Paris' LIMIT 3;
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' FETCH FIRST 4 ROWS ONLY;
+EXPLAIN SELECT name FROM registrations WHERE race = '2026 NYC__Full' AND runner = 'BIB:00003__Hiro';
+SELECT max(age) FROM registrations WHERE race = '2026 NYC__Full';
+SELECT race, avg(age) FROM registrations WHERE race LIKE '2026%' GROUP BY race HAVING avg(age) > 40;
+SELECT upper(name) FROM registrations WHERE race = '2026 NYC__Full';
+SELECT name FROM registrations WHERE race::text = '2026 NYC__Full';
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' AND substr(runner, 1, 4) = 'BIB:';
+SELECT name FROM registrations WHERE race IN (SELECT title FROM events);
+SELECT name FROM registrations WHERE age LIKE '4%';
+SELECT r.name FROM registrations r JOIN events e ON r.name = e.title;
+SELECT name FROM registrations, events;
+SELECT name FROM (SELECT name FROM registrations) AS sub;
+SELECT name FROM registrations UNION SELECT title FROM events;
+WITH x AS (SELECT name FROM registrations) SELECT name FROM x;
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' FOR UPDATE;
+EXPLAIN (FORMAT YAML) SELECT name FROM registrations;
+SELECT name FROM registrations WHERE nope = 1;
+SELECT name FROM registrations WHERE race = '2026 NYC__Full' AND Runer = 'x';
+SELECT x.name FROM registrations r;
+SELECT name FROM registrations WHERE race IN ('2026 NYC__Full', 5);
+SELECT name FROM registrations WHERE race = true;
+SELECT name FROM registrations WHERE age BETWEEN 'ten' AND 20;
+SELECT name FROM registrations WHERE registered > 'not a date';
+SELECT name FROM registrations WHERE (race, runner) = ('a', 'b', 'c');
+SELECT name FROM registrations WHERE race = 'a' AND;
+SELECT name FROM registrations LIMIT -1;
+SELECT name FROM registrations WHERE race LIKE 'a' ESCAPE 'xy';
