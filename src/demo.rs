@@ -175,7 +175,7 @@ pub async fn explain_examples(planner: &Planner) -> Result<(), String> {
             return Err(format!("not a query: {sql}"));
         };
         for line in planner
-            .explain(&select, &[], true, false, &opts)
+            .explain(&select, &[], true, false, None, &opts)
             .await
             .map_err(err)?
         {

@@ -19,6 +19,6 @@ pub mod types;
 
 pub use catalog::{CATALOG_TABLE, Catalog, Created};
 pub use error::{CatalogError, Result};
-pub use table::{Column, ColumnRef, ETAG_COLUMN, Role, TIMESTAMP_COLUMN, TableDef};
+pub use table::{Column, ColumnDefault, ColumnRef, ETAG_COLUMN, Role, TIMESTAMP_COLUMN, TableDef};
 pub use tablegate_store as store;
 pub use types::SqlType;

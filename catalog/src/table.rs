@@ -26,6 +26,21 @@ pub struct Column {
     pub ty: SqlType,
     /// NOT NULL (key columns always are).
     pub not_null: bool,
+    /// DEFAULT for INSERTs that do not name the column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<ColumnDefault>,
+}
+
+/// A column's DEFAULT. Deliberately limited to what needs no expression
+/// engine: a constant, the current time, a random UUID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ColumnDefault {
+    /// A constant, as text in the column's type (parsed at INSERT).
+    Constant(String),
+    /// `now()` / `CURRENT_TIMESTAMP`.
+    Now,
+    /// `gen_random_uuid()`.
+    RandomUuid,
 }
 
 /// What a column is in the store.
@@ -358,6 +373,7 @@ mod tests {
             name: name.into(),
             ty,
             not_null: false,
+            default: None,
         }
     }
 

@@ -10,6 +10,7 @@ fn col(name: &str, ty: SqlType) -> Column {
         name: name.into(),
         ty,
         not_null: false,
+        default: None,
     }
 }
 

@@ -64,7 +64,7 @@ pub fn error_info(e: PgError) -> ErrorInfo {
 }
 
 /// Encodes every row of a batch.
-fn encode_batch(
+pub(crate) fn encode_batch(
     batch: &RecordBatch,
     fields: &Arc<Vec<FieldInfo>>,
     out: &mut Vec<DataRow>,

@@ -28,7 +28,7 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::response::NoticeResponse;
 use sqlparser::ast::{self, Statement};
 use tablegate_catalog::SqlType;
-use tablegate_planner::{Plan, Planner, SelectPlan};
+use tablegate_planner::{Plan, Planner, SelectPlan, Transaction, WritePlan};
 use tablegate_store::Value;
 
 use crate::auth::{AuthMode, ScramStartup};
@@ -48,9 +48,13 @@ pub enum Prepared {
         analyze: bool,
         /// JSON output.
         json: bool,
-        /// The SELECT.
+        /// The SELECT (for UPDATE / DELETE: their scan).
         select: Arc<SelectPlan>,
+        /// `Update` / `Delete` when explaining a write.
+        write: Option<&'static str>,
     },
+    /// INSERT, UPDATE, DELETE.
+    Write(Arc<WritePlan>),
     /// CREATE / DROP / ALTER TABLE.
     Ddl(Plan),
     /// SET name = value.
@@ -229,10 +233,7 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
         Statement::Rollback {
             savepoint: None, ..
         } => Prepared::Rollback,
-        Statement::Insert(_)
-        | Statement::Update(_)
-        | Statement::Delete(_)
-        | Statement::Copy { .. } => {
+        Statement::Copy { .. } => {
             let verb = stmt
                 .to_string()
                 .split_whitespace()
@@ -248,11 +249,14 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
                 analyze,
                 json,
                 select,
+                write,
             } => Prepared::Explain {
                 analyze,
                 json,
                 select,
+                write,
             },
+            Plan::Write(w) => Prepared::Write(w),
             p @ (Plan::CreateTable { .. } | Plan::DropTable { .. } | Plan::AddColumn { .. }) => {
                 Prepared::Ddl(p)
             }
@@ -281,6 +285,8 @@ pub struct ConnHandler {
     /// Process id given at startup (for cancel requests).
     pid: Arc<Mutex<Option<i32>>>,
     cursors: Cursors,
+    /// The open `BEGIN` block's staged writes.
+    txn: Mutex<Option<Transaction>>,
     auth: AuthMode,
     /// Refuse sessions that did not negotiate TLS.
     tls_required: bool,
@@ -311,6 +317,7 @@ impl Connection {
                     cursors: cursors.clone(),
                 }),
                 cursors,
+                txn: Mutex::new(None),
                 planner,
                 session: Mutex::new(Session::default()),
                 cancel: Arc::new(CancelSignal::default()),
@@ -473,7 +480,7 @@ impl ConnHandler {
         let plan_err = |e: tablegate_planner::PlanError| PgError::from(&e);
         let in_transaction =
             client.transaction_status() != pgwire::messages::response::TransactionStatus::Idle;
-        let (opts, deadline) = {
+        let (mut opts, deadline) = {
             let s = self.session.lock();
             (
                 s.exec_options(),
@@ -485,6 +492,22 @@ impl ConnHandler {
             cancel: self.cancel.clone(),
             since: self.cancel.generation(),
         };
+        // Reads inside a transaction see its staged writes.
+        if matches!(
+            p,
+            Prepared::Select(_) | Prepared::Explain { .. } | Prepared::Declare { .. }
+        ) {
+            let txn = self.txn.lock().take();
+            if let Some(mut t) = txn {
+                let overlay = if t.is_empty() {
+                    Ok(None)
+                } else {
+                    t.overlay(self.planner.store(), &opts.retry).await
+                };
+                *self.txn.lock() = Some(t);
+                opts.overlay = overlay.map_err(plan_err)?;
+            }
+        }
         Ok(match p {
             Prepared::Select(select) => {
                 let rows = self
@@ -501,8 +524,11 @@ impl ConnHandler {
                 analyze,
                 json,
                 select,
+                write,
             } => {
-                let run = self.planner.explain(select, params, *analyze, *json, &opts);
+                let run = self
+                    .planner
+                    .explain(select, params, *analyze, *json, *write, &opts);
                 let lines = tokio::select! {
                     r = run => r.map_err(plan_err)?,
                     e = stop.wait() => return Err(e),
@@ -559,15 +585,85 @@ impl ConnHandler {
                 let v = self.session.lock().get(name)?;
                 one_text_row(name, &[v])
             }
-            Prepared::Begin => Response::TransactionStart(Tag::new("BEGIN")),
+            Prepared::Write(w) => {
+                let mut txn = self.txn.lock().take();
+                // A cancelled write stops between entity-group
+                // transactions: those applied stay applied.
+                let result = tokio::select! {
+                    r = self.planner.write(w, params, txn.as_mut(), &opts) => r.map_err(plan_err),
+                    e = stop.wait() => Err(e),
+                };
+                *self.txn.lock() = txn;
+                let out = result?;
+                if let Some(n) = out.notice {
+                    notice(client, n)
+                        .await
+                        .map_err(|e| PgError::new("08006", e.to_string()))?;
+                }
+                let tag = |verb: &str| {
+                    if verb == "INSERT" {
+                        "INSERT 0".to_owned()
+                    } else {
+                        verb.to_owned()
+                    }
+                };
+                if w.returning.is_empty() {
+                    Response::Execution(Tag::new(&tag(w.verb())).with_rows(out.rows as usize))
+                } else {
+                    let f = Arc::new(fields(&w.returning, format));
+                    let cols: Vec<_> = w.returning.iter().map(|c| c.column.clone()).collect();
+                    let schema = tablegate_catalog::TableDef::arrow_schema(&cols);
+                    let batch = tablegate_planner::exec::to_batch(
+                        &w.table,
+                        &w.returning,
+                        &out.returning,
+                        &schema,
+                    )
+                    .map_err(plan_err)?;
+                    let mut rows = Vec::new();
+                    encode::encode_batch(&batch, &f, &mut rows)
+                        .map_err(|e| PgError::new("XX000", e.to_string()))?;
+                    let mut q =
+                        QueryResponse::new(f, futures::stream::iter(rows.into_iter().map(Ok)));
+                    q.set_command_tag(&tag(w.verb()));
+                    Response::Query(q)
+                }
+            }
+            Prepared::Begin => {
+                // The session's own record, not pgwire's status: in a
+                // multi-statement simple query that status is the one from
+                // before the query.
+                if self.txn.lock().is_some() {
+                    notice(client, "there is already a transaction in progress".into())
+                        .await
+                        .map_err(|e| PgError::new("08006", e.to_string()))?;
+                } else {
+                    *self.txn.lock() = Some(Transaction::new());
+                }
+                Response::TransactionStart(Tag::new("BEGIN"))
+            }
             Prepared::Commit | Prepared::Rollback => {
                 // Cursors without HOLD end with their transaction.
                 self.cursors.lock().retain(|_, c| c.hold);
-                Response::TransactionEnd(Tag::new(if matches!(p, Prepared::Commit) {
-                    "COMMIT"
+                let txn = self.txn.lock().take();
+                let failed = client.transaction_status()
+                    == pgwire::messages::response::TransactionStatus::Error;
+                if matches!(p, Prepared::Commit) && !failed {
+                    if let Some(t) = txn {
+                        // Deliberately limited: pgwire leaves a session
+                        // whose COMMIT failed in the aborted state (25P02
+                        // until ROLLBACK); PostgreSQL would end it.
+                        self.planner.commit(t, &opts).await.map_err(plan_err)?;
+                    }
+                    Response::TransactionEnd(Tag::new("COMMIT"))
                 } else {
-                    "ROLLBACK"
-                }))
+                    if txn.is_none() && !in_transaction {
+                        notice(client, "there is no transaction in progress".into())
+                            .await
+                            .map_err(|e| PgError::new("08006", e.to_string()))?;
+                    }
+                    Response::TransactionEnd(Tag::new("ROLLBACK"))
+                }
             }
             Prepared::Declare { name, select, hold } => {
                 if !in_transaction && !hold {
@@ -684,12 +780,8 @@ impl SimpleQueryHandler for ConnHandler {
                 out.push(error(PgError::aborted()));
                 break;
             }
+            // (COMMIT of a failed transaction rolls it back: `run` knows.)
             let result = match prepare(&self.planner, stmt, query) {
-                Ok(p) if failed => {
-                    // COMMIT of a failed transaction rolls it back.
-                    let _ = p;
-                    Ok(Response::TransactionEnd(Tag::new("ROLLBACK")))
-                }
                 Ok(p) => self.run(client, &p, &[], None).await,
                 Err(e) => Err(e),
             };
@@ -744,6 +836,7 @@ impl QueryParser for StatementParser {
             Prepared::Select(s) | Prepared::Explain { select: s, .. } => {
                 s.param_types.iter().map(|t| pg_type(*t)).collect()
             }
+            Prepared::Write(w) => w.param_types.iter().map(|t| pg_type(*t)).collect(),
             _ => Vec::new(),
         })
     }
@@ -755,6 +848,7 @@ impl QueryParser for StatementParser {
     ) -> PgWireResult<Vec<FieldInfo>> {
         Ok(match stmt {
             Prepared::Select(s) => fields(&s.columns, format),
+            Prepared::Write(w) => fields(&w.returning, format),
             Prepared::Explain { .. } => text_field("QUERY PLAN"),
             Prepared::Show(n) => text_field(n),
             Prepared::Version => text_field("version"),
@@ -881,6 +975,7 @@ impl ExtendedQueryHandler for ConnHandler {
         }
         let param_types: &[SqlType] = match p {
             Prepared::Select(s) | Prepared::Explain { select: s, .. } => &s.param_types,
+            Prepared::Write(w) => &w.param_types,
             _ => &[],
         };
         if portal.parameter_len() != param_types.len() {

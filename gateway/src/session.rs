@@ -206,6 +206,7 @@ impl Session {
             retry,
             parallelism: 4,
             allow_full_scan: get("tablegate.allow_full_scan") != "off",
+            overlay: None,
         }
     }
 }

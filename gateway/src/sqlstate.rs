@@ -5,7 +5,7 @@
 //! exactly one code; detail and hint say what happened and what to do.
 
 use tablegate_catalog::CatalogError;
-use tablegate_planner::PlanError;
+use tablegate_planner::{PlanError, TxnRule};
 use tablegate_store::StoreError;
 
 /// SQLSTATE for a full scan refused by `tablegate.allow_full_scan = off`:
@@ -190,6 +190,37 @@ impl From<&PlanError> for PgError {
             PlanError::FullScanRefused { hint, .. } => PgError::new(FULL_SCAN_REFUSED, m).hint(hint.clone()),
             PlanError::TooComplex { too_long, .. } => PgError::new(if *too_long { "54000" } else { "54001" }, m)
                 .hint("split the statement, or use IN (...) lists instead of long OR chains"),
+            PlanError::ReadOnlyColumn { column } => PgError::new("428C9", m).detail(format!(
+                "\"{column}\" is a system column the store sets on every write"
+            )),
+            PlanError::DatatypeMismatch(_) => PgError::new("42804", m)
+                .hint("give a value of the column's type, or cast it"),
+            PlanError::OutOfRange(_) => PgError::new("22003", m),
+            PlanError::DivisionByZero => PgError::new("22012", m),
+            PlanError::Cardinality(_) => PgError::new("21000", m)
+                .hint("ensure that no rows proposed for insertion within the same command have duplicate keys"),
+            PlanError::TransactionRule { rule, .. } => match rule {
+                TxnRule::OnePartition => PgError::new("0A000", m).hint(
+                    "a transaction is one entity-group transaction: every write shares the first write's table and PartitionKey; COMMIT, then write the other partition",
+                ),
+                TxnRule::MaxEntities | TxnRule::MaxBytes => PgError::new("54000", m).hint(
+                    "a transaction is one entity-group transaction: at most 100 distinct entities and 4 MiB; split the work into several transactions",
+                ),
+            },
+            PlanError::CommitConflict { detail } => PgError::new("40001", m)
+                .detail(format!("{detail} Nothing was applied."))
+                .hint("run the transaction again"),
+            PlanError::PartlyApplied { rows, groups, source } => {
+                let inner = PgError::from(&**source);
+                let applied = format!(
+                    "{rows} row(s) in {groups} earlier entity-group transaction(s) were applied and stay applied; the failing group and the rest were not."
+                );
+                let detail = match &inner.detail {
+                    Some(d) => format!("{d} {applied}"),
+                    None => applied,
+                };
+                PgError { detail: Some(detail), ..inner }
+            }
             PlanError::Catalog(c) => PgError::from(c),
             PlanError::Store(s) => PgError::from(s),
         }

@@ -2,7 +2,7 @@
 //! statements to catalog definitions.
 
 use sqlparser::ast::{self, ColumnOption, TableConstraint};
-use tablegate_catalog::{Column, SqlType, TableDef};
+use tablegate_catalog::{Column, ColumnDefault, SqlType, TableDef};
 
 use crate::error::{PlanError, Result};
 use crate::expr::fold;
@@ -22,11 +22,13 @@ pub fn column(c: &ast::ColumnDef) -> Result<(Column, bool)> {
     let ty = SqlType::parse(&c.data_type.to_string())?;
     let mut not_null = false;
     let mut primary = false;
+    let mut default = None;
     for o in &c.options {
         match &o.option {
             ColumnOption::NotNull => not_null = true,
             ColumnOption::Null => {}
             ColumnOption::PrimaryKey(_) => primary = true,
+            ColumnOption::Default(e) => default = Some(column_default(e, ty)?),
             other => {
                 return Err(PlanError::Unsupported {
                     feature: format!("column option {other}"),
@@ -40,9 +42,60 @@ pub fn column(c: &ast::ColumnDef) -> Result<(Column, bool)> {
             name: fold(&c.name),
             ty,
             not_null,
+            default,
         },
         primary,
     ))
+}
+
+/// A DEFAULT clause: a constant of the column's type, `now()` /
+/// `CURRENT_TIMESTAMP` on timestamp columns, `gen_random_uuid()` on uuid
+/// columns. Other expressions are refused: the store has no expression
+/// engine to run them at INSERT.
+fn column_default(e: &ast::Expr, ty: SqlType) -> Result<ColumnDefault> {
+    let unsupported = || PlanError::Unsupported {
+        feature: format!("DEFAULT {e}"),
+        hint: "a DEFAULT is a constant, now() on timestamps or gen_random_uuid() on uuids".into(),
+    };
+    let text = match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) => s.clone(),
+            ast::Value::Number(n, _) => n.to_string(),
+            ast::Value::Boolean(b) => b.to_string(),
+            ast::Value::Null => return Err(unsupported()),
+            _ => return Err(unsupported()),
+        },
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => match &**expr {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Number(n, _) => format!("-{n}"),
+                _ => return Err(unsupported()),
+            },
+            _ => return Err(unsupported()),
+        },
+        ast::Expr::Function(f) => {
+            let name = f.name.to_string().to_ascii_lowercase();
+            return match (name.as_str(), ty) {
+                ("now" | "current_timestamp", SqlType::Timestamptz | SqlType::Timestamp) => {
+                    Ok(ColumnDefault::Now)
+                }
+                ("gen_random_uuid", SqlType::Uuid) => Ok(ColumnDefault::RandomUuid),
+                _ => Err(unsupported()),
+            };
+        }
+        ast::Expr::Identifier(i)
+            if i.value.eq_ignore_ascii_case("current_timestamp")
+                && matches!(ty, SqlType::Timestamptz | SqlType::Timestamp) =>
+        {
+            return Ok(ColumnDefault::Now);
+        }
+        _ => return Err(unsupported()),
+    };
+    // Checked now, so a bad constant fails CREATE TABLE, not every INSERT.
+    ty.parse_text(&text)?;
+    Ok(ColumnDefault::Constant(text))
 }
 
 /// `CREATE TABLE name (...)` → definition and IF NOT EXISTS.

@@ -82,12 +82,68 @@ pub enum PlanError {
         /// SQLSTATE 54000 (too long) or 54001 (too complex).
         too_long: bool,
     },
+    /// A write names a read-only system column (`timestamp`, `etag`).
+    #[error("column \"{column}\" can only be updated to DEFAULT")]
+    ReadOnlyColumn {
+        /// The column.
+        column: String,
+    },
+    /// A value of the wrong type for its column (42804).
+    #[error("{0}")]
+    DatatypeMismatch(String),
+    /// Arithmetic or an assignment out of the type's range (22003).
+    #[error("{0}")]
+    OutOfRange(String),
+    /// Division by zero (22012).
+    #[error("division by zero")]
+    DivisionByZero,
+    /// A statement would write the same row twice (21000).
+    #[error("{0}")]
+    Cardinality(String),
+    /// A write inside BEGIN ... COMMIT breaks an entity-group transaction
+    /// rule (SPEC §5); the transaction is aborted.
+    #[error("{message}")]
+    TransactionRule {
+        /// Which rule.
+        rule: TxnRule,
+        /// What happened.
+        message: String,
+    },
+    /// COMMIT found that an entity changed (or an inserted key appeared)
+    /// since the transaction read it; nothing was applied (40001).
+    #[error("could not serialize access due to concurrent update")]
+    CommitConflict {
+        /// Which entity and how.
+        detail: String,
+    },
+    /// A statement applied as several entity-group transactions failed
+    /// after some of them were applied.
+    #[error("{source}")]
+    PartlyApplied {
+        /// Rows applied before the failure.
+        rows: u64,
+        /// Entity-group transactions applied before the failure.
+        groups: u64,
+        /// The failure.
+        source: Box<PlanError>,
+    },
     /// The catalog refused.
     #[error(transparent)]
     Catalog(#[from] CatalogError),
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The entity-group transaction rules a transaction can break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnRule {
+    /// Every write shares the first write's table and PartitionKey.
+    OnePartition,
+    /// At most 100 distinct entities.
+    MaxEntities,
+    /// At most 4 MiB of payload.
+    MaxBytes,
 }
 
 /// The planner's result type.

@@ -27,6 +27,7 @@ use crate::error::{PlanError, Result};
 use crate::explain::{Actuals, store_query};
 use crate::keys::AccessClass;
 use crate::plan::{BoundSelect, OutputColumn, Route};
+use crate::txn::Overlay;
 
 /// How the native path runs.
 #[derive(Debug, Clone)]
@@ -39,6 +40,8 @@ pub struct ExecOptions {
     pub parallelism: usize,
     /// `tablegate.allow_full_scan`.
     pub allow_full_scan: bool,
+    /// The open transaction's staged writes: reads see them.
+    pub overlay: Option<Arc<Overlay>>,
 }
 
 impl Default for ExecOptions {
@@ -48,6 +51,7 @@ impl Default for ExecOptions {
             retry: RetryPolicy::default(),
             parallelism: 4,
             allow_full_scan: true,
+            overlay: None,
         }
     }
 }
@@ -86,8 +90,9 @@ impl RowStream {
     }
 }
 
-/// Starts a bound SELECT on the native path.
-pub fn execute(store: &PartitionedStore, b: &BoundSelect, opts: &ExecOptions) -> Result<RowStream> {
+/// Refuses what the native path cannot run (engine constructs, residuals
+/// the store cannot evaluate, full scans under the guardrail).
+fn check_native(b: &BoundSelect, opts: &ExecOptions) -> Result<()> {
     if let Route::Engine(reason) = &b.plan.route {
         return Err(PlanError::NeedsAnalytics {
             reason: reason.clone(),
@@ -114,6 +119,12 @@ pub fn execute(store: &PartitionedStore, b: &BoundSelect, opts: &ExecOptions) ->
             ),
         });
     }
+    Ok(())
+}
+
+/// Starts a bound SELECT on the native path.
+pub fn execute(store: &PartitionedStore, b: &BoundSelect, opts: &ExecOptions) -> Result<RowStream> {
+    check_native(b, opts)?;
     let cols: Vec<_> = b.plan.columns.iter().map(|c| c.column.clone()).collect();
     let schema = TableDef::arrow_schema(&cols);
     // Column names in the result may be aliases.
@@ -127,20 +138,12 @@ pub fn execute(store: &PartitionedStore, b: &BoundSelect, opts: &ExecOptions) ->
     ));
     let actuals = Arc::new(Mutex::new(Actuals::default()));
     let (tx, rx) = mpsc::channel(2);
-    let task = Task {
+    spawn(Task {
         store: store.clone(),
         b: b.clone(),
         opts: opts.clone(),
-        schema: schema.clone(),
+        out: Out::Batches(schema.clone(), tx),
         actuals: actuals.clone(),
-    };
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let r = task.run(&tx).await;
-        task.actuals.lock().elapsed = started.elapsed();
-        if let Err(e) = r {
-            let _ = tx.send(Err(e)).await;
-        }
     });
     Ok(RowStream {
         schema,
@@ -149,11 +152,74 @@ pub fn execute(store: &PartitionedStore, b: &BoundSelect, opts: &ExecOptions) ->
     })
 }
 
+/// Entity pages of a running scan (UPDATE and DELETE read through this).
+#[derive(Debug)]
+pub struct EntityStream {
+    rx: mpsc::Receiver<Result<Vec<Entity>>>,
+}
+
+impl EntityStream {
+    /// The next page of matched entities, in key order; `None` at the end.
+    pub async fn next(&mut self) -> Option<Result<Vec<Entity>>> {
+        self.rx.recv().await
+    }
+}
+
+/// Starts a bound SELECT that yields whole entities instead of rows.
+pub fn scan_entities(
+    store: &PartitionedStore,
+    b: &BoundSelect,
+    opts: &ExecOptions,
+) -> Result<EntityStream> {
+    check_native(b, opts)?;
+    let (tx, rx) = mpsc::channel(2);
+    spawn(Task {
+        store: store.clone(),
+        b: b.clone(),
+        opts: opts.clone(),
+        out: Out::Entities(tx),
+        actuals: Arc::new(Mutex::new(Actuals::default())),
+    });
+    Ok(EntityStream { rx })
+}
+
+fn spawn(task: Task) {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let r = task.run().await;
+        task.actuals.lock().elapsed = started.elapsed();
+        if let Err(e) = r {
+            task.out.fail(e).await;
+        }
+    });
+}
+
+/// Where a task's rows go.
+enum Out {
+    /// Arrow record batches of the plan's columns.
+    Batches(SchemaRef, mpsc::Sender<Result<RecordBatch>>),
+    /// Whole entities.
+    Entities(mpsc::Sender<Result<Vec<Entity>>>),
+}
+
+impl Out {
+    async fn fail(&self, e: PlanError) {
+        match self {
+            Out::Batches(_, tx) => {
+                let _ = tx.send(Err(e)).await;
+            }
+            Out::Entities(tx) => {
+                let _ = tx.send(Err(e)).await;
+            }
+        }
+    }
+}
+
 struct Task {
     store: PartitionedStore,
     b: BoundSelect,
     opts: ExecOptions,
-    schema: SchemaRef,
+    out: Out,
     actuals: Arc<Mutex<Actuals>>,
 }
 
@@ -183,9 +249,10 @@ impl Window {
 }
 
 impl Task {
-    async fn run(&self, tx: &mpsc::Sender<Result<RecordBatch>>) -> Result<()> {
+    async fn run(&self) -> Result<()> {
         let access = &self.b.access;
         let table = self.b.plan.table.name.clone();
+        let overlay = self.opts.overlay.as_deref();
         let mut window = Window {
             skip: self.b.offset,
             left: self.b.limit,
@@ -200,6 +267,14 @@ impl Task {
                     s.pk.as_point().expect("point class").to_owned(),
                     s.rk.as_point().expect("point class").to_owned(),
                 );
+                if let Some(staged) = overlay.and_then(|o| o.get(&table, &pk, &rk)) {
+                    if let Some(e) = staged
+                        && access.filter.as_ref().is_none_or(|f| f.matches(e))
+                    {
+                        rows.push(e.clone());
+                    }
+                    continue;
+                }
                 let mut stats = RetryStats::default();
                 let got = with_retry(&self.opts.retry, &mut stats, || {
                     self.store.get(&table, &pk, &rk)
@@ -217,8 +292,29 @@ impl Task {
                     }
                 }
             }
-            return self.emit(&rows, &mut window, tx).await.map(|_| ());
+            return self.emit(&rows, &mut window).await.map(|_| ());
         }
+        // Staged entities of the open transaction that this query selects,
+        // merged into the store's pages in key order; the store's versions
+        // of staged keys are hidden.
+        let mut extras: std::collections::VecDeque<Entity> = overlay
+            .filter(|o| o.table.eq_ignore_ascii_case(&table))
+            .map(|o| {
+                o.rows
+                    .values()
+                    .flatten()
+                    .filter(|e| {
+                        access
+                            .spans
+                            .iter()
+                            .any(|s| s.contains(&e.partition_key, &e.row_key))
+                    })
+                    .filter(|e| access.filter.as_ref().is_none_or(|f| f.matches(e)))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let hidden = overlay.map_or(0, |o| o.rows.len() as u64);
         let query = store_query(&self.b);
         let parallelism = if access.class == AccessClass::RowRange {
             1
@@ -238,7 +334,10 @@ impl Task {
             &query,
             ScanOptions {
                 page_size,
-                limit: self.b.limit.map(|l| l.saturating_add(self.b.offset)),
+                limit: self
+                    .b
+                    .limit
+                    .map(|l| l.saturating_add(self.b.offset).saturating_add(hidden)),
                 parallelism,
                 retry: self.opts.retry.clone(),
             },
@@ -255,10 +354,40 @@ impl Task {
                 a.retries = s.retry.retries;
                 a.backoff = s.retry.backoff;
             }
-            if !self.emit(&page.entities, &mut window, tx).await? {
+            let rows = match overlay {
+                None => page.entities,
+                Some(o) => {
+                    let last = page
+                        .entities
+                        .last()
+                        .map(|e| (e.partition_key.clone(), e.row_key.clone()));
+                    let mut merged = Vec::with_capacity(page.entities.len());
+                    for e in page.entities {
+                        if o.covers(&table, &e.partition_key, &e.row_key) {
+                            continue;
+                        }
+                        while extras.front().is_some_and(|x| key(x) < key(&e)) {
+                            merged.extend(extras.pop_front());
+                        }
+                        merged.push(e);
+                    }
+                    if let Some(last) = last {
+                        while extras.front().is_some_and(|x| {
+                            (x.partition_key.as_str(), x.row_key.as_str())
+                                < (last.0.as_str(), last.1.as_str())
+                        }) {
+                            merged.extend(extras.pop_front());
+                        }
+                    }
+                    merged
+                }
+            };
+            if !self.emit(&rows, &mut window).await? {
                 return Ok(());
             }
         }
+        let rest: Vec<Entity> = extras.into_iter().collect();
+        self.emit(&rest, &mut window).await?;
         Ok(())
     }
 
@@ -271,27 +400,28 @@ impl Task {
     }
 
     /// Sends the windowed rows as one batch; false when the query is done.
-    async fn emit(
-        &self,
-        rows: &[Entity],
-        window: &mut Window,
-        tx: &mpsc::Sender<Result<RecordBatch>>,
-    ) -> Result<bool> {
+    async fn emit(&self, rows: &[Entity], window: &mut Window) -> Result<bool> {
         let (start, len) = window.take(rows.len());
         if len > 0 {
-            let batch = to_batch(
-                &self.b.plan.table,
-                &self.b.plan.columns,
-                &rows[start..start + len],
-                &self.schema,
-            )?;
+            let rows = &rows[start..start + len];
             self.actuals.lock().returned += len as u64;
-            if tx.send(Ok(batch)).await.is_err() {
+            let sent = match &self.out {
+                Out::Batches(schema, tx) => {
+                    let batch = to_batch(&self.b.plan.table, &self.b.plan.columns, rows, schema)?;
+                    tx.send(Ok(batch)).await.is_ok()
+                }
+                Out::Entities(tx) => tx.send(Ok(rows.to_vec())).await.is_ok(),
+            };
+            if !sent {
                 return Ok(false);
             }
         }
         Ok(!window.done())
     }
+}
+
+fn key(e: &Entity) -> (&str, &str) {
+    (&e.partition_key, &e.row_key)
 }
 
 /// Builds a record batch of `columns` from entities.

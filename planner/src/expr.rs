@@ -240,7 +240,7 @@ impl<'a> Binder<'a> {
         })
     }
 
-    fn note_param(&mut self, n: usize, ty: SqlType) {
+    pub(crate) fn note_param(&mut self, n: usize, ty: SqlType) {
         if self.params.len() <= n {
             self.params.resize(n + 1, None);
         }

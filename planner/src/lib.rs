@@ -47,6 +47,7 @@
 //! statistics ([`explain`]); `EXPLAIN ANALYZE` also runs them and reports
 //! what they did.
 
+pub mod apply;
 pub mod ddl;
 pub mod error;
 pub mod exec;
@@ -54,6 +55,8 @@ pub mod explain;
 pub mod expr;
 pub mod keys;
 pub mod plan;
+pub mod txn;
+pub mod write;
 
 use std::sync::Arc;
 
@@ -63,27 +66,35 @@ use sqlparser::parser::Parser;
 use tablegate_catalog::{Catalog, Column, Created, TableDef};
 use tablegate_store::{PartitionedStore, Value};
 
-pub use error::{PlanError, Result};
+pub use apply::WriteOutcome;
+pub use error::{PlanError, Result, TxnRule};
 pub use exec::{ExecOptions, RowStream};
 pub use explain::{Actuals, Estimate};
 pub use keys::{Access, AccessClass};
 pub use plan::{BoundSelect, Route, SelectPlan};
 pub use tablegate_catalog as catalog;
+pub use txn::Transaction;
+pub use write::WritePlan;
 
 /// A planned statement.
 #[derive(Debug, Clone)]
 pub enum Plan {
     /// A SELECT.
     Select(Arc<SelectPlan>),
-    /// EXPLAIN [ANALYZE] [FORMAT JSON] of a SELECT.
+    /// EXPLAIN [ANALYZE] [FORMAT JSON] of a SELECT, or EXPLAIN of an
+    /// UPDATE / DELETE (the scan that finds the rows it writes).
     Explain {
         /// Run it too.
         analyze: bool,
         /// JSON instead of text.
         json: bool,
-        /// The SELECT.
+        /// The SELECT (for a write: its scan).
         select: Arc<SelectPlan>,
+        /// For a write: `Update` or `Delete`.
+        write: Option<&'static str>,
     },
+    /// INSERT, UPDATE or DELETE.
+    Write(Arc<WritePlan>),
     /// CREATE TABLE.
     CreateTable {
         /// The definition.
@@ -205,12 +216,38 @@ impl Planner {
                         _ => {}
                     }
                 }
+                let write = |kind: &'static str, w: WritePlan| -> Result<Plan> {
+                    if analyze {
+                        return Err(PlanError::Unsupported {
+                            feature: format!("EXPLAIN ANALYZE {}", kind.to_uppercase()),
+                            hint: "EXPLAIN without ANALYZE shows the scan; EXPLAIN ANALYZE the matching SELECT to measure it".into(),
+                        });
+                    }
+                    let scan = match &w.kind {
+                        write::WriteKind::Update { scan, .. }
+                        | write::WriteKind::Delete { scan } => scan.clone(),
+                        write::WriteKind::Insert { .. } => unreachable!("only UPDATE and DELETE"),
+                    };
+                    Ok(Plan::Explain {
+                        analyze,
+                        json,
+                        select: scan,
+                        write: Some(kind),
+                    })
+                };
                 match &**statement {
                     Statement::Query(q) => Plan::Explain {
                         analyze,
                         json,
                         select: Arc::new(plan::plan_query(&self.catalog, q, sql)?),
+                        write: None,
                     },
+                    Statement::Update(u) => {
+                        write("Update", write::plan_update(&self.catalog, u, sql)?)?
+                    }
+                    Statement::Delete(d) => {
+                        write("Delete", write::plan_delete(&self.catalog, d, sql)?)?
+                    }
                     other => {
                         return Err(PlanError::Unsupported {
                             feature: format!(
@@ -243,8 +280,33 @@ impl Planner {
                     if_not_exists,
                 }
             }
+            Statement::Insert(i) => {
+                Plan::Write(Arc::new(write::plan_insert(&self.catalog, i, sql)?))
+            }
+            Statement::Update(u) => {
+                Plan::Write(Arc::new(write::plan_update(&self.catalog, u, sql)?))
+            }
+            Statement::Delete(d) => {
+                Plan::Write(Arc::new(write::plan_delete(&self.catalog, d, sql)?))
+            }
             other => Plan::Other(Box::new(other.clone())),
         })
+    }
+
+    /// Runs a write: autocommit when `txn` is `None`, else staged in it.
+    pub async fn write(
+        &self,
+        plan: &WritePlan,
+        params: &[Option<Value>],
+        txn: Option<&mut Transaction>,
+        opts: &ExecOptions,
+    ) -> Result<WriteOutcome> {
+        apply::run(&self.store, plan, params, txn, opts).await
+    }
+
+    /// COMMIT: the transaction's writes as one entity-group transaction.
+    pub async fn commit(&self, txn: Transaction, opts: &ExecOptions) -> Result<usize> {
+        txn.commit(&self.store, &opts.retry).await
     }
 
     /// Runs a DDL plan.
@@ -322,12 +384,14 @@ impl Planner {
     }
 
     /// EXPLAIN [ANALYZE]: the plan as text lines or one JSON document.
+    /// `write` names the write (`Update`, `Delete`) whose scan this is.
     pub async fn explain(
         &self,
         select: &Arc<SelectPlan>,
         params: &[Option<Value>],
         analyze: bool,
         json: bool,
+        write: Option<&str>,
         opts: &ExecOptions,
     ) -> Result<Vec<String>> {
         let bound = select.bind(params)?;
@@ -346,12 +410,37 @@ impl Planner {
             None
         };
         Ok(if json {
-            vec![
-                serde_json::to_string_pretty(&explain::render_json(&bound, &est, actual.as_ref()))
-                    .unwrap_or_default(),
-            ]
+            let scan = explain::render_json(&bound, &est, actual.as_ref());
+            let doc = match write {
+                None => scan,
+                Some(op) => serde_json::json!({
+                    "Node Type": "ModifyTable",
+                    "Operation": op,
+                    "Relation Name": select.table.name,
+                    "Writes": "each matched entity with If-Match of the ETag it was read with, one entity-group transaction per PartitionKey (at most 100 operations)",
+                    "Plans": [scan],
+                }),
+            };
+            vec![serde_json::to_string_pretty(&doc).unwrap_or_default()]
         } else {
-            explain::render_text(&bound, &est, actual.as_ref())
+            let lines = explain::render_text(&bound, &est, actual.as_ref());
+            match write {
+                None => lines,
+                Some(op) => {
+                    let mut out = vec![
+                        format!("{op} on {}", select.table.name),
+                        "  Writes: each matched entity with If-Match of its ETag; one entity-group transaction per PartitionKey (at most 100 operations)".to_owned(),
+                    ];
+                    for (i, l) in lines.into_iter().enumerate() {
+                        out.push(if i == 0 {
+                            format!("  ->  {l}")
+                        } else {
+                            format!("      {l}")
+                        });
+                    }
+                    out
+                }
+            }
         })
     }
 }

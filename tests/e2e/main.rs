@@ -7,3 +7,4 @@ mod auth;
 mod driver;
 mod psql;
 mod server;
+mod writes;

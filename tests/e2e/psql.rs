@@ -1,34 +1,6 @@
 //! With the real `psql`.
 
-use std::process::Command;
-
-use super::server::TestServer;
-
-/// Runs psql with `-c` commands; returns (stdout, stderr, success).
-fn psql(s: &TestServer, commands: &[&str]) -> (String, String, bool) {
-    let mut cmd = Command::new("psql");
-    cmd.args([
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &s.port.to_string(),
-        "-U",
-        "tablegate",
-        "-X",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "tablegate",
-    ]);
-    for c in commands {
-        cmd.args(["-c", c]);
-    }
-    let out = cmd.output().expect("psql is installed");
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        out.status.success(),
-    )
-}
+use super::server::{TestServer, psql};
 
 const NYC: &str = "2026 New York City Marathon__Full";
 

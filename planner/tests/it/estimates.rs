@@ -91,7 +91,7 @@ async fn check(sizes: &[usize], label: &str) {
             panic!("{sql}")
         };
         let out = p
-            .explain(&select, &[], true, true, &ExecOptions::default())
+            .explain(&select, &[], true, true, None, &ExecOptions::default())
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let json: serde_json::Value = serde_json::from_str(&out[0]).unwrap();

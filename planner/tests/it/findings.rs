@@ -34,7 +34,7 @@ async fn keys(p: &Planner, sql: &str, opts: &ExecOptions) -> Result<Vec<(String,
 async fn plan_json(p: &Planner, sql: &str) -> serde_json::Value {
     let s = select(p, sql).await;
     let out = p
-        .explain(&s, &[], false, true, &fixture::opts())
+        .explain(&s, &[], false, true, None, &fixture::opts())
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     let v: serde_json::Value = serde_json::from_str(&out[0]).unwrap();
@@ -302,7 +302,7 @@ async fn estimate_of_a_partly_covered_huge_partition_is_within_2x() {
     let sql = "SELECT * FROM huge WHERE pk = 'p0' AND rk >= 'r00500' AND rk < 'r12000'";
     let s = select(&p, sql).await;
     let out = p
-        .explain(&s, &[], true, true, &fixture::opts())
+        .explain(&s, &[], true, true, None, &fixture::opts())
         .await
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&out[0]).unwrap();

@@ -55,7 +55,7 @@ async fn explain(p: &Planner, sql: &str) -> String {
             .enumerate()
             .map(|(i, t)| Some(sample_param(i, *t)))
             .collect();
-        p.explain(&select, &params, false, false, &fixture::opts())
+        p.explain(&select, &params, false, false, None, &fixture::opts())
             .await
     }
     .await;

@@ -1,0 +1,605 @@
+//! Running writes: a [`WritePlan`] with parameter values becomes store
+//! operations (SPEC §5).
+//!
+//! **Autocommit.** The entities a statement touches are grouped by
+//! PartitionKey in key order, at most 100 operations and 4 MiB per group,
+//! and each group is one entity-group transaction. A statement whose
+//! writes fit one group is atomic; one that needs several reports how many
+//! in a NOTICE, and if a later group fails the error says what stayed
+//! applied. Read-based operations carry If-Match with the ETag that was
+//! read: when another session changed the entity in between, the group is
+//! read again and recomputed (the WHERE re-checked), as PostgreSQL
+//! re-checks a row it waited for, so no update is ever lost.
+//!
+//! **Inside BEGIN.** Changes are staged in the [`Transaction`]; reads go
+//! through its overlay, so a statement sees the transaction's own writes.
+
+use tablegate_catalog::{ColumnRef, Role, TableDef};
+use tablegate_store::partition::retry::{RetryStats, with_retry};
+use tablegate_store::{
+    Entity, EntityWrite, IfMatch, Operation, PartitionedStore, StoreError, TableStore, Value,
+    limits,
+};
+
+use crate::error::{PlanError, Result};
+use crate::exec::{ExecOptions, scan_entities};
+use crate::plan::BoundSelect;
+use crate::txn::{Change, Transaction};
+use crate::write::{EvalCtx, InsertSource, OnConflict, Row, WriteKind, WritePlan, assign, cast};
+
+/// What a write statement did.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOutcome {
+    /// Rows inserted, updated or deleted.
+    pub rows: u64,
+    /// RETURNING rows: the entity as written (as deleted for DELETE).
+    pub returning: Vec<Entity>,
+    /// A NOTICE for the client (several entity-group transactions).
+    pub notice: Option<String>,
+    /// Entity-group transactions applied.
+    pub groups: u64,
+}
+
+/// How an entity's current state is known when its change is decided.
+#[derive(Debug, Clone)]
+enum Read {
+    /// Not read: the change is a blind write.
+    Blind,
+    /// Must be read before deciding.
+    Unread,
+    /// Read: this is what was there.
+    Known(Option<Entity>),
+}
+
+/// One entity a statement touches.
+#[derive(Debug, Clone)]
+struct Intent {
+    pk: String,
+    rk: String,
+    /// The proposed row (INSERT).
+    proposed: Option<Row>,
+    read: Read,
+}
+
+/// Conflict re-reads before a statement gives up with 40001.
+const MAX_ATTEMPTS: usize = 8;
+
+/// A write statement with its parameters, ready to run.
+struct Runner<'a> {
+    store: &'a PartitionedStore,
+    plan: &'a WritePlan,
+    params: &'a [Option<Value>],
+    opts: &'a ExecOptions,
+    /// The scan's bound access (UPDATE / DELETE), for re-checking WHERE.
+    bound: Option<BoundSelect>,
+}
+
+/// Runs a write. `txn` is the open transaction, if any.
+pub async fn run(
+    store: &PartitionedStore,
+    plan: &WritePlan,
+    params: &[Option<Value>],
+    txn: Option<&mut Transaction>,
+    opts: &ExecOptions,
+) -> Result<WriteOutcome> {
+    let mut runner = Runner {
+        store,
+        plan,
+        params,
+        opts,
+        bound: None,
+    };
+    let mut opts = opts.clone();
+    let mut sink = match txn {
+        Some(t) => {
+            opts.overlay = t.overlay(store, &opts.retry).await?;
+            Sink::Txn(t, WriteOutcome::default())
+        }
+        None => Sink::Auto(Groups::default()),
+    };
+    let table = &plan.table;
+    match &plan.kind {
+        WriteKind::Insert {
+            columns,
+            source,
+            conflict,
+        } => {
+            let rows = runner.proposed_rows(columns, source, &opts).await?;
+            let mut intents = Vec::with_capacity(rows.len());
+            for row in rows {
+                let w = table.entity_write(&row)?;
+                let read = match (conflict, &sink) {
+                    (OnConflict::Error, Sink::Auto(_)) => Read::Blind,
+                    (
+                        OnConflict::Update {
+                            blind_merge: Some(_),
+                            ..
+                        },
+                        _,
+                    ) => Read::Blind,
+                    _ => Read::Unread,
+                };
+                intents.push(Intent {
+                    pk: w.partition_key,
+                    rk: w.row_key,
+                    proposed: Some(row),
+                    read,
+                });
+            }
+            // Grouped by PartitionKey in key order; a key proposed twice is
+            // what PostgreSQL reports for it.
+            intents.sort_by(|a, b| (&a.pk, &a.rk).cmp(&(&b.pk, &b.rk)));
+            let mut deduped: Vec<Intent> = Vec::with_capacity(intents.len());
+            for it in intents {
+                if let Some(prev) = deduped.last()
+                    && prev.pk == it.pk
+                    && prev.rk == it.rk
+                {
+                    match conflict {
+                        OnConflict::DoNothing => continue,
+                        OnConflict::Error => {
+                            return Err(PlanError::Store(StoreError::EntityAlreadyExists {
+                                partition_key: it.pk,
+                                row_key: it.rk,
+                            }));
+                        }
+                        OnConflict::Update { .. } => {
+                            return Err(PlanError::Cardinality(
+                                "ON CONFLICT DO UPDATE command cannot affect row a second time"
+                                    .into(),
+                            ));
+                        }
+                    }
+                }
+                deduped.push(it);
+            }
+            for it in deduped {
+                sink.push(&runner, it).await?;
+            }
+        }
+        WriteKind::Update { scan, .. } | WriteKind::Delete { scan } => {
+            let bound = scan.bind(params)?;
+            runner.bound = Some(bound.clone());
+            let mut pages = scan_entities(store, &bound, &opts)?;
+            while let Some(page) = pages.next().await {
+                for e in page? {
+                    sink.push(
+                        &runner,
+                        Intent {
+                            pk: e.partition_key.clone(),
+                            rk: e.row_key.clone(),
+                            proposed: None,
+                            read: Read::Known(Some(e)),
+                        },
+                    )
+                    .await?;
+                }
+            }
+        }
+    }
+    sink.finish(&runner).await
+}
+
+impl Runner<'_> {
+    /// INSERT's rows: every user column's value, DEFAULTs applied.
+    async fn proposed_rows(
+        &self,
+        columns: &[ColumnRef],
+        source: &InsertSource,
+        opts: &ExecOptions,
+    ) -> Result<Vec<Row>> {
+        let table = &self.plan.table;
+        let user: Vec<ColumnRef> = table
+            .columns
+            .iter()
+            .map(|c| table.resolve(&c.name))
+            .collect::<std::result::Result<_, _>>()?;
+        let ctx = EvalCtx {
+            table,
+            params: self.params,
+            current: None,
+            excluded: None,
+        };
+        let build = |given: &dyn Fn(usize) -> Result<Option<Option<Value>>>| -> Result<Row> {
+            let mut row = Vec::with_capacity(user.len());
+            for col in &user {
+                let v = match columns.iter().position(|c| c.name == col.name) {
+                    Some(i) => match given(i)? {
+                        Some(v) => v,
+                        None => crate::write::default_value(col, table)?,
+                    },
+                    None => crate::write::default_value(col, table)?,
+                };
+                row.push((col.clone(), v));
+            }
+            Ok(row)
+        };
+        match source {
+            InsertSource::Values(rows) => rows
+                .iter()
+                .map(|exprs| {
+                    build(&|i| match exprs.get(i) {
+                        // Fewer values than columns: the rest take DEFAULT.
+                        None => Ok(None),
+                        Some(e) => assign(e, &columns[i], &ctx).map(Some),
+                    })
+                })
+                .collect(),
+            InsertSource::Query(select) => {
+                // Read fully before writing: a SELECT over the same table
+                // must not see this statement's own inserts.
+                let bound = select.bind(self.params)?;
+                let mut pages = scan_entities(self.store, &bound, opts)?;
+                let mut out = Vec::new();
+                while let Some(page) = pages.next().await {
+                    for e in page? {
+                        out.push(build(&|i| match select.columns.get(i) {
+                            None => Ok(None),
+                            Some(oc) => select
+                                .table
+                                .value_of(&e, &oc.column)
+                                .map(|v| cast(v, columns[i].ty, &columns[i].name))
+                                .transpose()
+                                .map(Some),
+                        })?);
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Decides what to do to one entity given its current state (`None`:
+    /// absent). `None` means leave it alone.
+    fn decide(&self, it: &Intent, current: Option<&Entity>) -> Result<Option<Change>> {
+        let table = &self.plan.table;
+        let keys = || EntityWrite::new(it.pk.clone(), it.rk.clone());
+        let set_write = |set: &[(ColumnRef, crate::write::VExpr)], cur: Option<&Entity>| {
+            let ctx = EvalCtx {
+                table,
+                params: self.params,
+                current: cur,
+                excluded: it.proposed.as_ref(),
+            };
+            let mut w = keys();
+            for (col, e) in set {
+                w.properties.insert(col.name.clone(), assign(e, col, &ctx)?);
+            }
+            check_not_null(table, &w)?;
+            Ok::<_, PlanError>(w)
+        };
+        let proposed = || -> Result<EntityWrite> {
+            Ok(table.entity_write(it.proposed.as_deref().unwrap_or_default())?)
+        };
+        Ok(match &self.plan.kind {
+            WriteKind::Insert { conflict, .. } => match (conflict, current) {
+                (OnConflict::Error, Some(_)) => {
+                    return Err(PlanError::Store(StoreError::EntityAlreadyExists {
+                        partition_key: it.pk.clone(),
+                        row_key: it.rk.clone(),
+                    }));
+                }
+                (OnConflict::DoNothing, Some(_)) => None,
+                (
+                    OnConflict::Update {
+                        set,
+                        blind_merge: Some(merge),
+                    },
+                    _,
+                ) => {
+                    let w = if *merge {
+                        // Keys plus exactly the SET columns, from EXCLUDED.
+                        set_write(set, None)?
+                    } else {
+                        proposed()?
+                    };
+                    Some(Change::Upsert(w, *merge))
+                }
+                (
+                    OnConflict::Update {
+                        set,
+                        blind_merge: None,
+                    },
+                    Some(cur),
+                ) => Some(Change::Merge(set_write(set, Some(cur))?)),
+                (_, None) => Some(Change::Insert(proposed()?)),
+            },
+            WriteKind::Update { set, .. } => match current {
+                Some(cur) if self.still_matches(cur) => {
+                    Some(Change::Merge(set_write(set, Some(cur))?))
+                }
+                _ => None,
+            },
+            WriteKind::Delete { .. } => match current {
+                Some(cur) if self.still_matches(cur) => Some(Change::Delete),
+                _ => None,
+            },
+        })
+    }
+
+    /// Re-checks UPDATE / DELETE's WHERE on a fresh read.
+    fn still_matches(&self, e: &Entity) -> bool {
+        self.bound.as_ref().is_none_or(|b| {
+            b.access
+                .spans
+                .iter()
+                .any(|s| s.contains(&e.partition_key, &e.row_key))
+                && b.access.filter.as_ref().is_none_or(|f| f.matches(e))
+        })
+    }
+
+    async fn get(&self, pk: &str, rk: &str) -> Result<Option<Entity>> {
+        let mut stats = RetryStats::default();
+        let table = &self.plan.table.name;
+        Ok(with_retry(&self.opts.retry, &mut stats, || {
+            self.store.get(table, pk, rk)
+        })
+        .await?)
+    }
+}
+
+/// NOT NULL columns cannot be set to NULL by an update.
+fn check_not_null(table: &TableDef, w: &EntityWrite) -> Result<()> {
+    for (name, v) in &w.properties {
+        if v.is_none()
+            && let Ok(col) = table.resolve(name)
+            && col.role == Role::Property
+            && !col.nullable
+        {
+            return Err(PlanError::Catalog(
+                tablegate_catalog::CatalogError::NullValue {
+                    table: table.name.clone(),
+                    column: name.clone(),
+                    hint: "the column is declared NOT NULL",
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The operation for a decided change, given what was read.
+fn operation(pk: &str, rk: &str, change: Change, read: &Read) -> Operation {
+    let if_match = || match read {
+        Read::Known(Some(e)) => IfMatch::ETag(e.etag()),
+        _ => IfMatch::Any,
+    };
+    match change {
+        Change::Insert(w) => Operation::Insert(w),
+        Change::Upsert(w, true) => Operation::InsertOrMerge(w),
+        Change::Upsert(w, false) => Operation::InsertOrReplace(w),
+        Change::Merge(w) => Operation::Merge {
+            entity: w,
+            if_match: if_match(),
+        },
+        Change::Delete => Operation::Delete {
+            partition_key: pk.to_owned(),
+            row_key: rk.to_owned(),
+            if_match: if_match(),
+        },
+    }
+}
+
+/// Autocommit: intents of the current PartitionKey, and totals so far.
+#[derive(Debug, Default)]
+struct Groups {
+    pending: Vec<Intent>,
+    done: WriteOutcome,
+}
+
+enum Sink<'t> {
+    Auto(Groups),
+    Txn(&'t mut Transaction, WriteOutcome),
+}
+
+impl Sink<'_> {
+    async fn push(&mut self, r: &Runner<'_>, it: Intent) -> Result<()> {
+        match self {
+            Sink::Auto(g) => {
+                if g.pending.first().is_some_and(|f| {
+                    f.pk != it.pk || g.pending.len() >= limits::MAX_BATCH_OPERATIONS
+                }) {
+                    g.flush(r).await?;
+                }
+                g.pending.push(it);
+                Ok(())
+            }
+            Sink::Txn(t, done) => {
+                t.admit(&r.plan.table, &it.pk, &it.rk)?;
+                let read = match &it.read {
+                    Read::Blind => None,
+                    Read::Known(k) => Some(k.clone()),
+                    Read::Unread => Some(
+                        match t.view(r.store, &r.opts.retry, &it.pk, &it.rk).await? {
+                            Some(view) => view,
+                            None => r.get(&it.pk, &it.rk).await?,
+                        },
+                    ),
+                };
+                let current = read.clone().flatten();
+                let Some(change) = r.decide(&it, current.as_ref())? else {
+                    return Ok(());
+                };
+                let deleted = matches!(change, Change::Delete);
+                // `read` becomes the base of an entity staged the first
+                // time; for one already staged the staged base stays.
+                t.stage(&r.plan.table, &it.pk, &it.rk, change, read)?;
+                done.rows += 1;
+                if !r.plan.returning.is_empty() {
+                    let row = if deleted {
+                        current
+                    } else {
+                        t.view(r.store, &r.opts.retry, &it.pk, &it.rk)
+                            .await?
+                            .flatten()
+                    };
+                    done.returning.extend(row);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn finish(self, r: &Runner<'_>) -> Result<WriteOutcome> {
+        match self {
+            Sink::Auto(mut g) => {
+                g.flush(r).await?;
+                let mut out = g.done;
+                if out.groups > 1 {
+                    out.notice = Some(format!(
+                        "{} was applied as {} entity-group transactions (one per PartitionKey, at most {} operations each); they are not atomic together",
+                        r.plan.verb(),
+                        out.groups,
+                        limits::MAX_BATCH_OPERATIONS
+                    ));
+                }
+                Ok(out)
+            }
+            Sink::Txn(_, done) => Ok(done),
+        }
+    }
+}
+
+impl Groups {
+    /// Applies the pending intents as one entity-group transaction (or a
+    /// few when 4 MiB is exceeded), re-reading on conflicts.
+    async fn flush(&mut self, r: &Runner<'_>) -> Result<()> {
+        let mut group = std::mem::take(&mut self.pending);
+        if group.is_empty() {
+            return Ok(());
+        }
+        let table = &r.plan.table.name;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            for it in group.iter_mut() {
+                if matches!(it.read, Read::Unread) {
+                    it.read = Read::Known(r.get(&it.pk, &it.rk).await?);
+                }
+            }
+            let mut ops = Vec::new();
+            let mut from = Vec::new();
+            for (i, it) in group.iter().enumerate() {
+                let current = match &it.read {
+                    Read::Known(k) => k.as_ref(),
+                    _ => None,
+                };
+                if let Some(change) = r.decide(it, current)? {
+                    ops.push(operation(&it.pk, &it.rk, change, &it.read));
+                    from.push(i);
+                }
+            }
+            if ops.is_empty() {
+                return Ok(());
+            }
+            match self.execute(r, table, &ops, &group, &from).await {
+                Ok(()) => return Ok(()),
+                Err(Retry::Again(index)) if attempt < MAX_ATTEMPTS => {
+                    // Another session changed an entity this group read:
+                    // read the group again and decide again.
+                    let _ = index;
+                    for it in group.iter_mut() {
+                        if matches!(it.read, Read::Known(_)) {
+                            it.read = Read::Unread;
+                        }
+                    }
+                }
+                Err(Retry::Again(_)) => {
+                    return Err(self.failed(PlanError::CommitConflict {
+                        detail: format!(
+                            "Entities of PartitionKey '{}' kept changing during {} attempts.",
+                            group[0].pk, MAX_ATTEMPTS
+                        ),
+                    }));
+                }
+                Err(Retry::Fail(e)) => return Err(self.failed(e)),
+            }
+        }
+    }
+
+    fn failed(&self, e: PlanError) -> PlanError {
+        if self.done.groups == 0 {
+            e
+        } else {
+            PlanError::PartlyApplied {
+                rows: self.done.rows,
+                groups: self.done.groups,
+                source: Box::new(e),
+            }
+        }
+    }
+
+    /// Sends decided operations, split only where 4 MiB requires it.
+    async fn execute(
+        &mut self,
+        r: &Runner<'_>,
+        table: &str,
+        ops: &[Operation],
+        group: &[Intent],
+        from: &[usize],
+    ) -> std::result::Result<(), Retry> {
+        let mut start = 0;
+        while start < ops.len() {
+            let mut end = start;
+            let mut size = 0;
+            while end < ops.len()
+                && (end == start || size + ops[end].payload_size() <= limits::MAX_BATCH_BYTES)
+            {
+                size += ops[end].payload_size();
+                end += 1;
+            }
+            let chunk = ops[start..end].to_vec();
+            let mut stats = RetryStats::default();
+            let res = with_retry(&r.opts.retry, &mut stats, || {
+                r.store.execute(table, chunk.clone())
+            })
+            .await;
+            match res {
+                Ok(outcomes) => {
+                    self.done.groups += 1;
+                    self.done.rows += outcomes.len() as u64;
+                    if !r.plan.returning.is_empty() {
+                        for (k, o) in outcomes.into_iter().enumerate() {
+                            let row = match o.entity {
+                                Some(e) => Some(e),
+                                None => match &group[from[start + k]].read {
+                                    Read::Known(e) => e.clone(),
+                                    _ => None,
+                                },
+                            };
+                            self.done.returning.extend(row);
+                        }
+                    }
+                }
+                Err(e) => {
+                    let index = match &e {
+                        StoreError::BatchOperationFailed { index, .. } => *index,
+                        _ => 0,
+                    };
+                    let it = &group[from[start + index.min(end - start - 1)]];
+                    let conflict = matches!(
+                        e.root(),
+                        StoreError::ETagMismatch { .. }
+                            | StoreError::EntityNotFound { .. }
+                            | StoreError::EntityAlreadyExists { .. }
+                    );
+                    // A blind Insert that finds the key is the user's 23505;
+                    // a read-based operation that conflicts is re-read. A
+                    // chunk after the first was already applied: never
+                    // re-run the statement's earlier chunks.
+                    if conflict && !matches!(it.read, Read::Blind) && start == 0 {
+                        return Err(Retry::Again(index));
+                    }
+                    return Err(Retry::Fail(PlanError::Store(e)));
+                }
+            }
+            start = end;
+        }
+        Ok(())
+    }
+}
+
+enum Retry {
+    Again(usize),
+    Fail(PlanError),
+}

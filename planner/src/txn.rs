@@ -1,0 +1,612 @@
+//! `BEGIN ... COMMIT` as one entity-group transaction (SPEC §5).
+//!
+//! A [`Transaction`] buffers the writes of its statements: nothing reaches
+//! the store before COMMIT, which sends them as **one** EGT. Every write
+//! must share the first write's table and PartitionKey, and the store sees
+//! each entity at most once, so statements that touch the same entity are
+//! **coalesced** into one staged change carrying the final state:
+//!
+//! | first read of the entity | final state | operation at COMMIT |
+//! | --- | --- | --- |
+//! | absent | written | Insert |
+//! | absent | deleted | nothing |
+//! | present (ETag e) | written | Merge or Replace, If-Match e |
+//! | present (ETag e) | deleted | Delete, If-Match e |
+//! | not read (blind upsert) | written | InsertOrMerge / InsertOrReplace |
+//!
+//! Because every read-based change carries the ETag of the first read,
+//! COMMIT fails as a whole (40001) when any of those entities changed in
+//! the meantime — optimistic concurrency, as the Table service does it.
+//!
+//! Reads inside the transaction see committed data plus the staged writes:
+//! [`Transaction::overlay`] gives the staged entities' current views, which
+//! the native path merges into scans ([`crate::exec`]).
+//!
+//! Deliberately limited: a staged entity's `timestamp` and `etag` are
+//! provisional until COMMIT assigns the real ones.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tablegate_catalog::TableDef;
+use tablegate_store::partition::retry::{RetryStats, with_retry};
+use tablegate_store::{
+    Entity, EntityWrite, IfMatch, Operation, PartitionedStore, RetryPolicy, StoreError, TableStore,
+    Value, limits,
+};
+
+use crate::error::{PlanError, Result, TxnRule};
+
+/// What a statement does to one entity, decided from what it read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Create; the entity must not exist.
+    Insert(EntityWrite),
+    /// Insert or update without reading: merge (`true`) or replace.
+    Upsert(EntityWrite, bool),
+    /// Change these properties of the entity that was read (NULL removes).
+    Merge(EntityWrite),
+    /// Remove the entity that was read.
+    Delete,
+}
+
+/// The first-read state of a staged entity.
+#[derive(Debug, Clone, PartialEq)]
+enum Base {
+    /// Written blind (an upsert): the store state is unknown.
+    Blind,
+    /// It did not exist.
+    Absent,
+    /// It existed as this.
+    Present(Entity),
+}
+
+/// The final state of a staged entity.
+#[derive(Debug, Clone, PartialEq)]
+enum Final {
+    Deleted,
+    /// These properties; `replace` drops every other one, otherwise they
+    /// are merged into the base.
+    Put {
+        props: BTreeMap<String, Option<Value>>,
+        replace: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Staged {
+    base: Base,
+    fin: Final,
+}
+
+/// The staged entities' views for reads inside a transaction: `None`
+/// means deleted.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Overlay {
+    /// Table name (as created).
+    pub table: String,
+    /// The PartitionKey every staged entity shares.
+    pub partition_key: String,
+    /// RowKey → view.
+    pub rows: BTreeMap<String, Option<Entity>>,
+}
+
+impl Overlay {
+    /// The view of `(pk, rk)` in `table`, if staged: `Some(None)` when the
+    /// transaction deleted it.
+    pub fn get(&self, table: &str, pk: &str, rk: &str) -> Option<Option<&Entity>> {
+        if !self.table.eq_ignore_ascii_case(table) || self.partition_key != pk {
+            return None;
+        }
+        self.rows.get(rk).map(Option::as_ref)
+    }
+
+    /// True when `(pk, rk)` is staged.
+    pub fn covers(&self, table: &str, pk: &str, rk: &str) -> bool {
+        self.get(table, pk, rk).is_some()
+    }
+}
+
+/// An open `BEGIN ... COMMIT` block's writes.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    /// The first write's table and PartitionKey.
+    scope: Option<(Arc<TableDef>, String)>,
+    staged: BTreeMap<String, Staged>,
+}
+
+impl Transaction {
+    /// An empty transaction.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Distinct entities staged.
+    pub fn len(&self) -> usize {
+        self.staged.len()
+    }
+
+    /// True before the first write.
+    pub fn is_empty(&self) -> bool {
+        self.staged.is_empty()
+    }
+
+    /// Checks that a write to `(table, pk, rk)` may join this transaction.
+    pub fn admit(&self, table: &TableDef, pk: &str, rk: &str) -> Result<()> {
+        if let Some((t, p)) = &self.scope {
+            if !t.name.eq_ignore_ascii_case(&table.name) {
+                return Err(PlanError::TransactionRule {
+                    rule: TxnRule::OnePartition,
+                    message: format!(
+                        "cannot write table \"{}\" in a transaction that writes table \"{}\"",
+                        table.name, t.name
+                    ),
+                });
+            }
+            if p != pk {
+                return Err(PlanError::TransactionRule {
+                    rule: TxnRule::OnePartition,
+                    message: format!(
+                        "cannot write PartitionKey '{pk}' in a transaction that writes PartitionKey '{p}' of table \"{}\"",
+                        t.name
+                    ),
+                });
+            }
+        }
+        if !self.staged.contains_key(rk) && self.staged.len() >= limits::MAX_BATCH_OPERATIONS {
+            return Err(PlanError::TransactionRule {
+                rule: TxnRule::MaxEntities,
+                message: format!(
+                    "a transaction writes at most {} distinct entities; this would be entity {}",
+                    limits::MAX_BATCH_OPERATIONS,
+                    self.staged.len() + 1
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The view of a staged entity: `None` if not staged, `Some(None)` if
+    /// deleted. A blind entry is resolved by reading the store first.
+    pub async fn view(
+        &mut self,
+        store: &PartitionedStore,
+        retry: &RetryPolicy,
+        pk: &str,
+        rk: &str,
+    ) -> Result<Option<Option<Entity>>> {
+        let Some((table, p)) = &self.scope else {
+            return Ok(None);
+        };
+        if p != pk || !self.staged.contains_key(rk) {
+            return Ok(None);
+        }
+        let table = table.name.clone();
+        self.resolve(store, retry, &table, pk, rk).await?;
+        Ok(self.staged.get(rk).map(|s| view(s, pk, rk)))
+    }
+
+    async fn resolve(
+        &mut self,
+        store: &PartitionedStore,
+        retry: &RetryPolicy,
+        table: &str,
+        pk: &str,
+        rk: &str,
+    ) -> Result<()> {
+        if let Some(s) = self.staged.get(rk)
+            && s.base == Base::Blind
+        {
+            let mut stats = RetryStats::default();
+            let current = with_retry(retry, &mut stats, || store.get(table, pk, rk)).await?;
+            let s = self.staged.get_mut(rk).expect("checked");
+            s.base = match current {
+                Some(e) => Base::Present(e),
+                None => Base::Absent,
+            };
+        }
+        Ok(())
+    }
+
+    /// Every staged entity's view, for reads (blind entries resolved).
+    pub async fn overlay(
+        &mut self,
+        store: &PartitionedStore,
+        retry: &RetryPolicy,
+    ) -> Result<Option<Arc<Overlay>>> {
+        let Some((table, pk)) = self.scope.clone() else {
+            return Ok(None);
+        };
+        let keys: Vec<String> = self.staged.keys().cloned().collect();
+        for rk in &keys {
+            self.resolve(store, retry, &table.name, &pk, rk).await?;
+        }
+        Ok(Some(Arc::new(Overlay {
+            table: table.name.clone(),
+            partition_key: pk.clone(),
+            rows: self
+                .staged
+                .iter()
+                .map(|(rk, s)| (rk.clone(), view(s, &pk, rk)))
+                .collect(),
+        })))
+    }
+
+    /// Stages a change. `read` is what the statement read (`None` for a
+    /// blind write); it becomes the base of an entity staged for the first
+    /// time. The caller has [`admit`](Self::admit)ted the key.
+    pub fn stage(
+        &mut self,
+        table: &Arc<TableDef>,
+        pk: &str,
+        rk: &str,
+        change: Change,
+        read: Option<Option<Entity>>,
+    ) -> Result<()> {
+        self.admit(table, pk, rk)?;
+        let props = |w: EntityWrite| w.properties;
+        let next = match (self.staged.get(rk), change) {
+            (None, change) => Staged {
+                base: match read {
+                    None => Base::Blind,
+                    Some(None) => Base::Absent,
+                    Some(Some(e)) => Base::Present(e),
+                },
+                fin: match change {
+                    Change::Insert(w) => Final::Put {
+                        props: props(w),
+                        replace: true,
+                    },
+                    Change::Upsert(w, merge) => Final::Put {
+                        props: props(w),
+                        replace: !merge,
+                    },
+                    Change::Merge(w) => Final::Put {
+                        props: props(w),
+                        replace: false,
+                    },
+                    Change::Delete => Final::Deleted,
+                },
+            },
+            (Some(s), change) => {
+                let fin = match (&s.fin, change) {
+                    (_, Change::Delete) => Final::Deleted,
+                    (Final::Deleted, Change::Insert(w) | Change::Upsert(w, _)) => Final::Put {
+                        props: props(w),
+                        replace: true,
+                    },
+                    (Final::Deleted, Change::Merge(_)) => {
+                        return Err(PlanError::Store(StoreError::EntityNotFound {
+                            partition_key: pk.to_owned(),
+                            row_key: rk.to_owned(),
+                        }));
+                    }
+                    (Final::Put { .. }, Change::Insert(_)) => {
+                        return Err(PlanError::Store(StoreError::EntityAlreadyExists {
+                            partition_key: pk.to_owned(),
+                            row_key: rk.to_owned(),
+                        }));
+                    }
+                    (Final::Put { .. }, Change::Upsert(w, false)) => Final::Put {
+                        props: props(w),
+                        replace: true,
+                    },
+                    (
+                        Final::Put { props: p, replace },
+                        Change::Merge(w) | Change::Upsert(w, true),
+                    ) => {
+                        let mut p = p.clone();
+                        p.extend(props(w));
+                        Final::Put {
+                            props: p,
+                            replace: *replace,
+                        }
+                    }
+                };
+                Staged {
+                    base: s.base.clone(),
+                    fin,
+                }
+            }
+        };
+        let previous = self.staged.insert(rk.to_owned(), next);
+        if self.scope.is_none() {
+            self.scope = Some((table.clone(), pk.to_owned()));
+        }
+        let size: usize = self.operations().iter().map(Operation::payload_size).sum();
+        if size > limits::MAX_BATCH_BYTES {
+            match previous {
+                Some(p) => self.staged.insert(rk.to_owned(), p),
+                None => self.staged.remove(rk),
+            };
+            return Err(PlanError::TransactionRule {
+                rule: TxnRule::MaxBytes,
+                message: format!(
+                    "a transaction writes at most {} bytes; this write would make it {size}",
+                    limits::MAX_BATCH_BYTES
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The operations COMMIT sends, in RowKey order.
+    pub fn operations(&self) -> Vec<Operation> {
+        let Some((_, pk)) = &self.scope else {
+            return Vec::new();
+        };
+        self.staged
+            .iter()
+            .filter_map(|(rk, s)| {
+                let write = |props: &BTreeMap<String, Option<Value>>| EntityWrite {
+                    partition_key: pk.clone(),
+                    row_key: rk.clone(),
+                    properties: props.clone(),
+                };
+                Some(match (&s.base, &s.fin) {
+                    (Base::Absent, Final::Deleted) => return None,
+                    (Base::Absent, Final::Put { props, .. }) => Operation::Insert(write(props)),
+                    (Base::Present(e), Final::Deleted) => Operation::Delete {
+                        partition_key: pk.clone(),
+                        row_key: rk.clone(),
+                        if_match: IfMatch::ETag(e.etag()),
+                    },
+                    (Base::Present(e), Final::Put { props, replace }) => {
+                        let if_match = IfMatch::ETag(e.etag());
+                        if *replace {
+                            Operation::Replace {
+                                entity: write(props),
+                                if_match,
+                            }
+                        } else {
+                            Operation::Merge {
+                                entity: write(props),
+                                if_match,
+                            }
+                        }
+                    }
+                    (Base::Blind, Final::Put { props, replace }) => {
+                        if *replace {
+                            Operation::InsertOrReplace(write(props))
+                        } else {
+                            Operation::InsertOrMerge(write(props))
+                        }
+                    }
+                    // A delete always reads first, which resolves the base.
+                    (Base::Blind, Final::Deleted) => Operation::Delete {
+                        partition_key: pk.clone(),
+                        row_key: rk.clone(),
+                        if_match: IfMatch::Any,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// COMMIT: sends the staged writes as one entity-group transaction.
+    /// Returns the number of operations applied.
+    pub async fn commit(self, store: &PartitionedStore, retry: &RetryPolicy) -> Result<usize> {
+        let Some((table, _)) = &self.scope else {
+            return Ok(0);
+        };
+        let ops = self.operations();
+        if ops.is_empty() {
+            return Ok(0);
+        }
+        let n = ops.len();
+        let mut stats = RetryStats::default();
+        let r = with_retry(retry, &mut stats, || {
+            store.execute(&table.name, ops.clone())
+        })
+        .await;
+        match r {
+            Ok(_) => Ok(n),
+            Err(e) => Err(match e.root() {
+                StoreError::ETagMismatch {
+                    partition_key,
+                    row_key,
+                    ..
+                } => PlanError::CommitConflict {
+                    detail: format!(
+                        "Entity ({partition_key}, {row_key}) changed after this transaction read it."
+                    ),
+                },
+                StoreError::EntityNotFound {
+                    partition_key,
+                    row_key,
+                } => PlanError::CommitConflict {
+                    detail: format!(
+                        "Entity ({partition_key}, {row_key}) was deleted after this transaction read it."
+                    ),
+                },
+                StoreError::EntityAlreadyExists {
+                    partition_key,
+                    row_key,
+                } => PlanError::CommitConflict {
+                    detail: format!(
+                        "Entity ({partition_key}, {row_key}) was inserted by another session after this transaction found it absent."
+                    ),
+                },
+                _ => PlanError::Store(e),
+            }),
+        }
+    }
+}
+
+/// A staged entity's view: what a read inside the transaction sees.
+fn view(s: &Staged, pk: &str, rk: &str) -> Option<Entity> {
+    let (base_props, timestamp) = match &s.base {
+        Base::Present(e) => (e.properties.clone(), e.timestamp),
+        _ => (BTreeMap::new(), tablegate_store::DateTime(0)),
+    };
+    match &s.fin {
+        Final::Deleted => None,
+        Final::Put { props, replace } => {
+            let mut out = if *replace {
+                BTreeMap::new()
+            } else {
+                base_props
+            };
+            for (k, v) in props {
+                match v {
+                    Some(v) => {
+                        out.insert(k.clone(), v.clone());
+                    }
+                    None => {
+                        out.remove(k);
+                    }
+                }
+            }
+            Some(Entity {
+                partition_key: pk.to_owned(),
+                row_key: rk.to_owned(),
+                timestamp: provisional(timestamp),
+                properties: out,
+            })
+        }
+    }
+}
+
+/// A staged entity's timestamp: now (or just after the base's), until
+/// COMMIT assigns the real one.
+fn provisional(base: tablegate_store::DateTime) -> tablegate_store::DateTime {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0);
+    tablegate_store::DateTime(now.max(base.0 + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use tablegate_catalog::{Column, SqlType};
+
+    use super::*;
+
+    fn table() -> Arc<TableDef> {
+        let col = |n: &str, ty| Column {
+            name: n.into(),
+            ty,
+            not_null: false,
+            default: None,
+        };
+        Arc::new(
+            TableDef::new(
+                "runners",
+                vec![
+                    col("race", SqlType::Text),
+                    col("runner", SqlType::Text),
+                    col("age", SqlType::Int4),
+                ],
+                &["race".into(), "runner".into()],
+            )
+            .unwrap(),
+        )
+    }
+
+    fn w(rk: &str, age: i32) -> EntityWrite {
+        EntityWrite::new("p", rk).with("age", Value::Int32(age))
+    }
+
+    fn existing(rk: &str) -> Entity {
+        Entity {
+            partition_key: "p".into(),
+            row_key: rk.into(),
+            timestamp: tablegate_store::DateTime(1_000),
+            properties: [("age".to_owned(), Value::Int32(1))].into(),
+        }
+    }
+
+    #[test]
+    fn statements_on_one_entity_coalesce_into_one_operation() {
+        let t = table();
+        let mut tx = Transaction::new();
+        // INSERT then UPDATE is one Insert with the final state.
+        tx.stage(&t, "p", "a", Change::Insert(w("a", 30)), Some(None))
+            .unwrap();
+        tx.stage(&t, "p", "a", Change::Merge(w("a", 31)), Some(None))
+            .unwrap();
+        // UPDATE then DELETE is one Delete with the first read's If-Match.
+        tx.stage(
+            &t,
+            "p",
+            "b",
+            Change::Merge(w("b", 5)),
+            Some(Some(existing("b"))),
+        )
+        .unwrap();
+        tx.stage(&t, "p", "b", Change::Delete, None).unwrap();
+        // INSERT then DELETE is nothing.
+        tx.stage(&t, "p", "c", Change::Insert(w("c", 1)), Some(None))
+            .unwrap();
+        tx.stage(&t, "p", "c", Change::Delete, None).unwrap();
+        let ops = tx.operations();
+        assert_eq!(ops.len(), 2, "{ops:?}");
+        assert_eq!(ops[0], Operation::Insert(w("a", 31)));
+        assert_eq!(
+            ops[1],
+            Operation::Delete {
+                partition_key: "p".into(),
+                row_key: "b".into(),
+                if_match: IfMatch::ETag(existing("b").etag()),
+            }
+        );
+        assert_eq!(tx.len(), 3, "distinct entities count, not operations");
+    }
+
+    #[test]
+    fn the_rules_teach_themselves() {
+        let t = table();
+        let mut tx = Transaction::new();
+        for i in 0..100 {
+            tx.stage(
+                &t,
+                "p",
+                &format!("r{i:03}"),
+                Change::Insert(w("x", 1)),
+                Some(None),
+            )
+            .unwrap();
+        }
+        // Touching an already-staged entity again is fine at the limit.
+        tx.stage(&t, "p", "r000", Change::Merge(w("r000", 2)), Some(None))
+            .unwrap();
+        let e = tx
+            .stage(&t, "p", "r100", Change::Insert(w("r100", 1)), Some(None))
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            PlanError::TransactionRule {
+                rule: TxnRule::MaxEntities,
+                ..
+            }
+        ));
+        let e = tx.admit(&t, "q", "r000").unwrap_err();
+        assert!(matches!(
+            e,
+            PlanError::TransactionRule {
+                rule: TxnRule::OnePartition,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("'q'") && e.to_string().contains("'p'"));
+    }
+
+    #[test]
+    fn views_show_own_writes() {
+        let t = table();
+        let mut tx = Transaction::new();
+        tx.stage(
+            &t,
+            "p",
+            "b",
+            Change::Merge(w("b", 9)),
+            Some(Some(existing("b"))),
+        )
+        .unwrap();
+        let s = tx.staged.get("b").unwrap();
+        let v = view(s, "p", "b").unwrap();
+        assert_eq!(v.properties.get("age"), Some(&Value::Int32(9)));
+        assert!(v.timestamp.0 > existing("b").timestamp.0);
+    }
+}
