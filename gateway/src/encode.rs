@@ -63,6 +63,26 @@ pub fn error_info(e: PgError) -> ErrorInfo {
     info
 }
 
+/// The text-format fields of an encoded DataRow (`None` is NULL): what
+/// COPY writes is exactly what a SELECT sends.
+pub(crate) fn text_values(row: &DataRow) -> Vec<Option<String>> {
+    let mut out = Vec::with_capacity(row.field_count.max(0) as usize);
+    let d = &row.data[..];
+    let mut i = 0;
+    while i + 4 <= d.len() {
+        let len = i32::from_be_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]);
+        i += 4;
+        if len < 0 {
+            out.push(None);
+        } else {
+            let end = (i + len as usize).min(d.len());
+            out.push(Some(String::from_utf8_lossy(&d[i..end]).into_owned()));
+            i = end;
+        }
+    }
+    out
+}
+
 /// Encodes every row of a batch.
 pub(crate) fn encode_batch(
     batch: &RecordBatch,

@@ -27,12 +27,13 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::response::NoticeResponse;
 use sqlparser::ast::{self, Statement};
-use tablegate_catalog::SqlType;
+use tablegate_catalog::{ColumnRef, SqlType};
 use tablegate_planner::{Plan, Planner, SelectPlan, Transaction, WritePlan};
 use tablegate_store::Value;
 
 use crate::auth::{AuthMode, ScramStartup};
 use crate::cancel::{CancelRegistry, CancelSignal, RegistryCancelHandler};
+use crate::copy::CopyFormat;
 use crate::encode::{self, Stop, error_info, fields, pg_type, text_field, wire_error};
 use crate::session::{Session, version_string};
 use crate::sqlstate::PgError;
@@ -89,7 +90,50 @@ pub enum Prepared {
     },
     /// CLOSE name / CLOSE ALL (`None`).
     Close(Option<String>),
+    /// COPY t [(cols)] FROM STDIN.
+    CopyIn {
+        /// An INSERT of the named columns.
+        plan: Arc<WritePlan>,
+        /// The columns the input's fields fill, in order.
+        columns: Vec<ColumnRef>,
+        /// Text or CSV and their options.
+        format: CopyFormat,
+    },
+    /// COPY t / (query) TO STDOUT.
+    CopyOut {
+        /// The rows.
+        select: Arc<SelectPlan>,
+        /// Text or CSV and their options.
+        format: CopyFormat,
+    },
 }
+
+/// A `COPY ... FROM STDIN` in progress: parser state, rows not yet
+/// written, and what was written so far.
+struct CopyIn {
+    plan: Arc<WritePlan>,
+    columns: Vec<ColumnRef>,
+    parser: crate::copy::Parser,
+    rows: Vec<tablegate_planner::write::Row>,
+    /// The first error; later data is swallowed and the error reported at
+    /// CopyDone (pgwire would otherwise drop the connection's COPY state).
+    error: Option<PgError>,
+    rows_done: u64,
+    groups_done: u64,
+    opts: tablegate_planner::ExecOptions,
+}
+
+impl Debug for CopyIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopyIn")
+            .field("table", &self.plan.table.name)
+            .field("line", &self.parser.line)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rows a COPY FROM buffers before writing them (as EGTs per PartitionKey).
+const COPY_FLUSH_ROWS: usize = 10_000;
 
 /// An open cursor: its row description and its live row stream.
 struct Cursor {
@@ -233,15 +277,71 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
         Statement::Rollback {
             savepoint: None, ..
         } => Prepared::Rollback,
-        Statement::Copy { .. } => {
-            let verb = stmt
-                .to_string()
-                .split_whitespace()
-                .next()
-                .unwrap_or("")
-                .to_uppercase();
-            return Err(PgError::new("0A000", format!("{verb} is not supported yet"))
-                .hint("this build serves reads and DDL; writes over SQL (with entity-group transactions) are the next milestone"));
+        Statement::Copy {
+            source,
+            to,
+            target,
+            options,
+            legacy_options,
+            values,
+        } => {
+            crate::copy::check_target(target, *to)?;
+            if !values.is_empty() {
+                return Err(PgError::new("0A000", "inline COPY data is not supported")
+                    .hint("send the data after the COPY statement (psql does)"));
+            }
+            let format = CopyFormat::from_options(options, legacy_options)?;
+            match (source, *to) {
+                (
+                    ast::CopySource::Table {
+                        table_name,
+                        columns,
+                    },
+                    false,
+                ) => {
+                    let (plan, columns) = tablegate_planner::write::plan_copy_in(
+                        planner.catalog(),
+                        table_name,
+                        columns,
+                    )
+                    .map_err(plan_err)?;
+                    Prepared::CopyIn {
+                        plan: Arc::new(plan),
+                        columns,
+                        format,
+                    }
+                }
+                (
+                    ast::CopySource::Table {
+                        table_name,
+                        columns,
+                    },
+                    true,
+                ) => Prepared::CopyOut {
+                    select: Arc::new(
+                        tablegate_planner::write::plan_copy_out(
+                            planner.catalog(),
+                            table_name,
+                            columns,
+                        )
+                        .map_err(plan_err)?,
+                    ),
+                    format,
+                },
+                (ast::CopySource::Query(q), true) => {
+                    match planner
+                        .plan(&Statement::Query(q.clone()), sql)
+                        .map_err(plan_err)?
+                    {
+                        Plan::Select(select) => Prepared::CopyOut { select, format },
+                        _ => return Err(PgError::new("42601", "COPY (query) needs a SELECT")),
+                    }
+                }
+                (ast::CopySource::Query(_), false) => {
+                    return Err(PgError::new("42601", "COPY (query) FROM is not valid")
+                        .hint("COPY a table FROM STDIN"));
+                }
+            }
         }
         other => match planner.plan(other, sql).map_err(plan_err)? {
             Plan::Select(s) => Prepared::Select(s),
@@ -287,6 +387,8 @@ pub struct ConnHandler {
     cursors: Cursors,
     /// The open `BEGIN` block's staged writes.
     txn: Mutex<Option<Transaction>>,
+    /// A `COPY ... FROM STDIN` in progress.
+    copy_in: tokio::sync::Mutex<Option<CopyIn>>,
     auth: AuthMode,
     /// Refuse sessions that did not negotiate TLS.
     tls_required: bool,
@@ -318,6 +420,7 @@ impl Connection {
                 }),
                 cursors,
                 txn: Mutex::new(None),
+                copy_in: tokio::sync::Mutex::new(None),
                 planner,
                 session: Mutex::new(Session::default()),
                 cancel: Arc::new(CancelSignal::default()),
@@ -365,6 +468,10 @@ impl PgWireServerHandlers for Connection {
             mode,
             tls_required: h.tls_required,
         })
+    }
+
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        self.handler.clone()
     }
 
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
@@ -753,7 +860,303 @@ impl ConnHandler {
                 }))
             }
             Prepared::Version => one_text_row("version", &[version_string()]),
+            Prepared::CopyIn {
+                plan,
+                columns,
+                format,
+            } => {
+                *self.copy_in.lock().await = Some(CopyIn {
+                    plan: plan.clone(),
+                    columns: columns.clone(),
+                    parser: crate::copy::Parser::new(format.clone()),
+                    rows: Vec::new(),
+                    error: None,
+                    rows_done: 0,
+                    groups_done: 0,
+                    opts,
+                });
+                Response::CopyIn(pgwire::api::results::CopyResponse::new(
+                    0,
+                    columns.len(),
+                    futures::stream::empty(),
+                ))
+            }
+            Prepared::CopyOut { select, format } => {
+                self.copy_out(client, select, format, params, &opts, &stop)
+                    .await?
+            }
         })
+    }
+
+    /// COPY ... TO STDOUT: CopyOutResponse, one CopyData per row, CopyDone;
+    /// the caller sends `COPY n`. Values are the text a SELECT would send.
+    async fn copy_out<C>(
+        &self,
+        client: &mut C,
+        select: &Arc<SelectPlan>,
+        format: &CopyFormat,
+        params: &[Option<Value>],
+        opts: &tablegate_planner::ExecOptions,
+        stop: &Stop,
+    ) -> Result<Response, PgError>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
+        let wire = |e: PgWireError| PgError::new("08006", e.to_string());
+        let mut rows = self
+            .planner
+            .execute(select, params, opts)
+            .map_err(|e| PgError::from(&e))?;
+        let f = Arc::new(fields(&select.columns, None));
+        let n = select.columns.len();
+        client
+            .send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+                0,
+                n as i16,
+                vec![0; n],
+            )))
+            .await
+            .map_err(|e| wire(e.into()))?;
+        let mut count = 0usize;
+        let mut line = String::new();
+        if format.header {
+            let names: Vec<Option<&str>> = select
+                .columns
+                .iter()
+                .map(|c| Some(c.name.as_str()))
+                .collect();
+            format.encode_row(&names, &mut line);
+            client
+                .feed(PgWireBackendMessage::CopyData(CopyData::new(
+                    std::mem::take(&mut line).into(),
+                )))
+                .await
+                .map_err(|e| wire(e.into()))?;
+        }
+        loop {
+            let next = tokio::select! {
+                n = rows.next() => n,
+                e = stop.wait() => return Err(e),
+            };
+            let Some(batch) = next else { break };
+            let batch = batch.map_err(|e| PgError::from(&e))?;
+            let mut encoded = Vec::new();
+            encode::encode_batch(&batch, &f, &mut encoded)
+                .map_err(|e| PgError::new("XX000", e.to_string()))?;
+            for row in encoded {
+                let values = encode::text_values(&row);
+                let refs: Vec<Option<&str>> = values.iter().map(|v| v.as_deref()).collect();
+                format.encode_row(&refs, &mut line);
+                client
+                    .feed(PgWireBackendMessage::CopyData(CopyData::new(
+                        std::mem::take(&mut line).into(),
+                    )))
+                    .await
+                    .map_err(|e| wire(e.into()))?;
+                count += 1;
+            }
+        }
+        client
+            .send(PgWireBackendMessage::CopyDone(CopyDone::new()))
+            .await
+            .map_err(|e| wire(e.into()))?;
+        Ok(Response::Execution(Tag::new("COPY").with_rows(count)))
+    }
+
+    /// Turns parsed COPY records into rows and writes them when enough are
+    /// buffered (or at the end). Errors are kept for CopyDone.
+    async fn copy_progress(&self, st: &mut CopyIn, last: bool) {
+        if st.error.is_some() {
+            return;
+        }
+        loop {
+            let rec = match st.parser.next_record(last) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    st.error = Some(e);
+                    return;
+                }
+            };
+            match copy_row(&st.plan, &st.columns, rec) {
+                Ok(row) => st.rows.push(row),
+                Err(e) => {
+                    st.error = Some(e);
+                    return;
+                }
+            }
+        }
+        let in_txn = self.txn.lock().is_some();
+        if st.rows.is_empty() || (!last && (in_txn || st.rows.len() < COPY_FLUSH_ROWS)) {
+            return;
+        }
+        let rows = std::mem::take(&mut st.rows);
+        let mut txn = self.txn.lock().take();
+        let r = tablegate_planner::apply::insert_rows(
+            self.planner.store(),
+            &st.plan,
+            rows,
+            txn.as_mut(),
+            &st.opts,
+        )
+        .await;
+        *self.txn.lock() = txn;
+        match r {
+            Ok(out) => {
+                st.rows_done += out.rows;
+                st.groups_done += out.groups;
+            }
+            Err(e) => {
+                let e = match e {
+                    tablegate_planner::PlanError::PartlyApplied {
+                        rows,
+                        groups,
+                        source,
+                    } => {
+                        st.rows_done += rows;
+                        st.groups_done += groups;
+                        *source
+                    }
+                    other => other,
+                };
+                let mut pg = PgError::from(&e);
+                let applied = format!(
+                    "COPY {}, rows up to line {}: {} row(s) in {} earlier entity-group transaction(s) were applied and stay applied; the failing group and the rest were not.",
+                    st.plan.table.name, st.parser.line, st.rows_done, st.groups_done
+                );
+                pg.detail = Some(match pg.detail {
+                    Some(d) => format!("{d} {applied}"),
+                    None => applied,
+                });
+                st.error = Some(pg);
+            }
+        }
+    }
+}
+
+/// One COPY record as a row of every user column (DEFAULTs for the ones
+/// not named).
+fn copy_row(
+    plan: &WritePlan,
+    columns: &[ColumnRef],
+    (line, fields): (u64, Vec<crate::copy::Field>),
+) -> Result<tablegate_planner::write::Row, PgError> {
+    let table = &plan.table;
+    if fields.len() < columns.len() {
+        return Err(PgError::new(
+            "22P04",
+            format!(
+                "missing data for column \"{}\" on line {line}",
+                columns[fields.len()].name
+            ),
+        ));
+    }
+    if fields.len() > columns.len() {
+        return Err(PgError::new(
+            "22P04",
+            format!("extra data after last expected column on line {line}"),
+        ));
+    }
+    let mut row = Vec::with_capacity(table.columns.len());
+    for c in &table.columns {
+        let col = table.resolve(&c.name).map_err(|e| PgError::from(&e))?;
+        let v = match columns.iter().position(|x| x.name == col.name) {
+            Some(i) => match &fields[i] {
+                None => None,
+                Some(text) => Some(col.ty.parse_text(text).map_err(|e| {
+                    let mut pg = PgError::from(&e);
+                    pg.message = format!("{} (line {line}, column {})", pg.message, col.name);
+                    pg
+                })?),
+            },
+            None => tablegate_planner::write::default_value(&col, table)
+                .map_err(|e| PgError::from(&e))?,
+        };
+        row.push((col, v));
+    }
+    Ok(row)
+}
+
+#[async_trait]
+impl pgwire::api::copy::CopyHandler for ConnHandler {
+    async fn on_copy_data<C>(
+        &self,
+        _client: &mut C,
+        data: pgwire::messages::copy::CopyData,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut guard = self.copy_in.lock().await;
+        if let Some(st) = guard.as_mut() {
+            if st.error.is_none() {
+                st.parser.feed(&data.data);
+            }
+            self.copy_progress(st, false).await;
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(
+        &self,
+        client: &mut C,
+        _done: pgwire::messages::copy::CopyDone,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(mut st) = self.copy_in.lock().await.take() else {
+            return Err(wire_error(PgError::new(
+                "08P01",
+                "CopyDone without COPY in progress",
+            )));
+        };
+        self.copy_progress(&mut st, true).await;
+        if let Some(e) = st.error {
+            return Err(wire_error(e));
+        }
+        if st.groups_done > 1 {
+            notice(
+                client,
+                format!(
+                    "COPY was applied as {} entity-group transactions (one per PartitionKey, at most 100 operations each); they are not atomic together",
+                    st.groups_done
+                ),
+            )
+            .await?;
+        }
+        client
+            .send(PgWireBackendMessage::CommandComplete(
+                Tag::new("COPY").with_rows(st.rows_done as usize).into(),
+            ))
+            .await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(
+        &self,
+        _client: &mut C,
+        fail: pgwire::messages::copy::CopyFail,
+    ) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let st = self.copy_in.lock().await.take();
+        let applied = st.map_or(0, |s| s.rows_done);
+        wire_error(
+            PgError::new("57014", format!("COPY from stdin failed: {}", fail.message)).detail(
+                format!("{applied} row(s) were applied before the client stopped the COPY."),
+            ),
+        )
     }
 }
 

@@ -18,6 +18,7 @@
 
 pub mod auth;
 pub mod cancel;
+pub mod copy;
 pub mod encode;
 pub mod handler;
 pub mod server;

@@ -97,7 +97,6 @@ pub async fn run(
         }
         None => Sink::Auto(Groups::default()),
     };
-    let table = &plan.table;
     match &plan.kind {
         WriteKind::Insert {
             columns,
@@ -105,57 +104,7 @@ pub async fn run(
             conflict,
         } => {
             let rows = runner.proposed_rows(columns, source, &opts).await?;
-            let mut intents = Vec::with_capacity(rows.len());
-            for row in rows {
-                let w = table.entity_write(&row)?;
-                let read = match (conflict, &sink) {
-                    (OnConflict::Error, Sink::Auto(_)) => Read::Blind,
-                    (
-                        OnConflict::Update {
-                            blind_merge: Some(_),
-                            ..
-                        },
-                        _,
-                    ) => Read::Blind,
-                    _ => Read::Unread,
-                };
-                intents.push(Intent {
-                    pk: w.partition_key,
-                    rk: w.row_key,
-                    proposed: Some(row),
-                    read,
-                });
-            }
-            // Grouped by PartitionKey in key order; a key proposed twice is
-            // what PostgreSQL reports for it.
-            intents.sort_by(|a, b| (&a.pk, &a.rk).cmp(&(&b.pk, &b.rk)));
-            let mut deduped: Vec<Intent> = Vec::with_capacity(intents.len());
-            for it in intents {
-                if let Some(prev) = deduped.last()
-                    && prev.pk == it.pk
-                    && prev.rk == it.rk
-                {
-                    match conflict {
-                        OnConflict::DoNothing => continue,
-                        OnConflict::Error => {
-                            return Err(PlanError::Store(StoreError::EntityAlreadyExists {
-                                partition_key: it.pk,
-                                row_key: it.rk,
-                            }));
-                        }
-                        OnConflict::Update { .. } => {
-                            return Err(PlanError::Cardinality(
-                                "ON CONFLICT DO UPDATE command cannot affect row a second time"
-                                    .into(),
-                            ));
-                        }
-                    }
-                }
-                deduped.push(it);
-            }
-            for it in deduped {
-                sink.push(&runner, it).await?;
-            }
+            push_rows(&runner, &mut sink, rows, conflict).await?;
         }
         WriteKind::Update { scan, .. } | WriteKind::Delete { scan } => {
             let bound = scan.bind(params)?;
@@ -178,6 +127,97 @@ pub async fn run(
         }
     }
     sink.finish(&runner).await
+}
+
+/// Inserts rows that are already values (COPY FROM): `plan` is an INSERT
+/// of every column (its source is ignored).
+pub async fn insert_rows(
+    store: &PartitionedStore,
+    plan: &WritePlan,
+    rows: Vec<Row>,
+    txn: Option<&mut Transaction>,
+    opts: &ExecOptions,
+) -> Result<WriteOutcome> {
+    let WriteKind::Insert { conflict, .. } = &plan.kind else {
+        return Err(PlanError::Unsupported {
+            feature: "inserting rows with an UPDATE or DELETE plan".into(),
+            hint: String::new(),
+        });
+    };
+    let runner = Runner {
+        store,
+        plan,
+        params: &[],
+        opts,
+        bound: None,
+    };
+    let mut sink = match txn {
+        Some(t) => Sink::Txn(t, WriteOutcome::default()),
+        None => Sink::Auto(Groups::default()),
+    };
+    push_rows(&runner, &mut sink, rows, conflict).await?;
+    sink.finish(&runner).await
+}
+
+/// INSERT's rows as intents, in key order, grouped by the sink.
+async fn push_rows(
+    runner: &Runner<'_>,
+    sink: &mut Sink<'_>,
+    rows: Vec<Row>,
+    conflict: &OnConflict,
+) -> Result<()> {
+    let table = &runner.plan.table;
+    let mut intents = Vec::with_capacity(rows.len());
+    for row in rows {
+        let w = table.entity_write(&row)?;
+        let read = match (conflict, &*sink) {
+            (OnConflict::Error, Sink::Auto(_)) => Read::Blind,
+            (
+                OnConflict::Update {
+                    blind_merge: Some(_),
+                    ..
+                },
+                _,
+            ) => Read::Blind,
+            _ => Read::Unread,
+        };
+        intents.push(Intent {
+            pk: w.partition_key,
+            rk: w.row_key,
+            proposed: Some(row),
+            read,
+        });
+    }
+    // Grouped by PartitionKey in key order; a key proposed twice is what
+    // PostgreSQL reports for it.
+    intents.sort_by(|a, b| (&a.pk, &a.rk).cmp(&(&b.pk, &b.rk)));
+    let mut deduped: Vec<Intent> = Vec::with_capacity(intents.len());
+    for it in intents {
+        if let Some(prev) = deduped.last()
+            && prev.pk == it.pk
+            && prev.rk == it.rk
+        {
+            match conflict {
+                OnConflict::DoNothing => continue,
+                OnConflict::Error => {
+                    return Err(PlanError::Store(StoreError::EntityAlreadyExists {
+                        partition_key: it.pk,
+                        row_key: it.rk,
+                    }));
+                }
+                OnConflict::Update { .. } => {
+                    return Err(PlanError::Cardinality(
+                        "ON CONFLICT DO UPDATE command cannot affect row a second time".into(),
+                    ));
+                }
+            }
+        }
+        deduped.push(it);
+    }
+    for it in deduped {
+        sink.push(runner, it).await?;
+    }
+    Ok(())
 }
 
 impl Runner<'_> {

@@ -1026,3 +1026,79 @@ pub fn predicate(plan: &WritePlan) -> Option<&BExpr> {
         WriteKind::Insert { .. } => None,
     }
 }
+
+/// The columns a COPY names (all user columns when none), resolved.
+fn copy_columns(
+    table: &TableDef,
+    columns: &[ast::Ident],
+    for_write: bool,
+) -> Result<Vec<ColumnRef>> {
+    if columns.is_empty() {
+        return table
+            .columns
+            .iter()
+            .map(|c| Ok(table.resolve(&c.name)?))
+            .collect();
+    }
+    let b = Binder::new(table, None, "");
+    columns
+        .iter()
+        .map(|i| {
+            if for_write {
+                target(&b, std::slice::from_ref(i))
+            } else {
+                b.column(std::slice::from_ref(i))
+            }
+        })
+        .collect()
+}
+
+/// `COPY t [(cols)] FROM STDIN`: an INSERT of the named columns whose rows
+/// the caller supplies ([`crate::apply::insert_rows`]).
+pub fn plan_copy_in(
+    catalog: &Catalog,
+    name: &ast::ObjectName,
+    columns: &[ast::Ident],
+) -> Result<(WritePlan, Vec<ColumnRef>)> {
+    let table = table_of(catalog, name, "")?;
+    let cols = copy_columns(&table, columns, true)?;
+    Ok((
+        WritePlan {
+            table: table.clone(),
+            kind: WriteKind::Insert {
+                columns: cols.clone(),
+                source: InsertSource::Values(Vec::new()),
+                conflict: OnConflict::Error,
+            },
+            returning: Vec::new(),
+            param_types: Vec::new(),
+        },
+        cols,
+    ))
+}
+
+/// `COPY t [(cols)] TO STDOUT`: a query of the named (or all user)
+/// columns, in key order.
+pub fn plan_copy_out(
+    catalog: &Catalog,
+    name: &ast::ObjectName,
+    columns: &[ast::Ident],
+) -> Result<SelectPlan> {
+    let table = table_of(catalog, name, "")?;
+    let cols = copy_columns(&table, columns, false)?;
+    Ok(SelectPlan {
+        table: table.clone(),
+        columns: cols
+            .into_iter()
+            .map(|c| OutputColumn {
+                name: c.name.clone(),
+                column: c,
+            })
+            .collect(),
+        predicate: None,
+        limit: Count::All,
+        offset: Count::All,
+        param_types: Vec::new(),
+        route: Route::Native,
+    })
+}

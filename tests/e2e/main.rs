@@ -4,6 +4,8 @@
 
 mod abuse;
 mod auth;
+mod copy;
+mod crash;
 mod driver;
 mod psql;
 mod server;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 pub struct TestServer {
     pub child: Child,
     pub port: u16,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -25,11 +25,28 @@ impl TestServer {
         } else {
             &["--runners", "20"]
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tablegate"))
-            .args(["demo", "--listen", "127.0.0.1:0", "--data"])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablegate"));
+        cmd.args(["demo", "--listen", "127.0.0.1:0", "--data"])
             .arg(dir.path())
             .args(runners)
-            .args(extra)
+            .args(extra);
+        let mut s = Self::start(cmd);
+        s._dir = Some(dir);
+        s
+    }
+
+    /// `tablegate serve` on a data directory the caller owns (it survives
+    /// the server, for restart tests).
+    pub fn serve_in(dir: &std::path::Path, extra: &[&str]) -> TestServer {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablegate"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(dir)
+            .args(extra);
+        Self::start(cmd)
+    }
+
+    fn start(mut cmd: Command) -> TestServer {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -50,7 +67,7 @@ impl TestServer {
         TestServer {
             child,
             port,
-            _dir: dir,
+            _dir: None,
         }
     }
 
@@ -60,6 +77,12 @@ impl TestServer {
             "host=127.0.0.1 port={} user=tablegate dbname=tablegate",
             self.port
         )
+    }
+
+    /// SIGKILL: no shutdown, no flush.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Sends SIGTERM and waits; returns whether it exited cleanly.

@@ -1,0 +1,141 @@
+//! COPY FROM STDIN / TO STDOUT in text and CSV, through psql's `\copy`
+//! and tokio-postgres.
+
+use std::io::Cursor;
+
+use futures::{SinkExt, StreamExt};
+use tokio_postgres::NoTls;
+
+use super::server::{TestServer, psql};
+
+const DDL: &str = "CREATE TABLE regs (race text, runner text, name text, age int, \
+                   note text DEFAULT 'none', PRIMARY KEY (race, runner))";
+
+#[test]
+fn psql_copy_both_ways_in_text_and_csv() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.csv");
+    std::fs::write(
+        &input,
+        "race,runner,name,age\nboston,BIB:1,\"Ann, Jr\",30\nboston,BIB:2,,\nnyc,BIB:3,\"two\nlines\",41\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out.txt");
+    let (stdout, err, ok) = psql(
+        &s,
+        &[
+            DDL,
+            &format!(
+                "\\copy regs (race, runner, name, age) from '{}' csv header",
+                input.display()
+            ),
+            &format!("\\copy regs to '{}'", out.display()),
+            "COPY (SELECT runner, age FROM regs WHERE race = 'boston') TO STDOUT WITH (FORMAT csv, HEADER)",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(stdout.contains("COPY 3"), "{stdout}");
+    assert!(
+        err.contains("2 entity-group transactions"),
+        "two PartitionKeys, two EGTs: {err}"
+    );
+    assert!(
+        stdout.contains("runner,age\nBIB:1,30\nBIB:2,\n"),
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        text,
+        "boston\tBIB:1\tAnn, Jr\t30\tnone\nboston\tBIB:2\t\\N\t\\N\tnone\nnyc\tBIB:3\ttwo\\nlines\t41\tnone\n"
+    );
+    // What COPY wrote, COPY reads back (into another table).
+    let (_, err, ok) = psql(
+        &s,
+        &[
+            &DDL.replace("regs", "regs2"),
+            &format!("\\copy regs2 from '{}'", out.display()),
+        ],
+    );
+    assert!(ok, "{err}");
+    let (a, _, _) = psql(&s, &["SELECT race, runner, name, age, note FROM regs"]);
+    let (b, _, _) = psql(&s, &["SELECT race, runner, name, age, note FROM regs2"]);
+    assert_eq!(a, b);
+
+    // A bad row names its line, and nothing of that COPY is applied.
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(
+        &bad,
+        "chicago\tBIB:9\tZed\t22\tx\nchicago\tBIB:10\tZed\told\tx\n",
+    )
+    .unwrap();
+    let (_, err, ok) = psql(&s, &[&format!("\\copy regs from '{}'", bad.display())]);
+    assert!(!ok);
+    assert!(err.contains("line 2") && err.contains("\"old\""), "{err}");
+    let (out, _, _) = psql(&s, &["SELECT runner FROM regs WHERE race = 'chicago'"]);
+    assert!(out.contains("(0 rows)"), "{out}");
+    // Wrong field counts and server-side files are refused.
+    std::fs::write(&bad, "chicago\tBIB:9\n").unwrap();
+    let (_, err, _) = psql(&s, &[&format!("\\copy regs from '{}'", bad.display())]);
+    assert!(err.contains("missing data for column \"name\""), "{err}");
+    let (_, err, ok) = psql(&s, &["COPY regs FROM '/etc/passwd'"]);
+    assert!(!ok && err.contains("not allowed"), "{err}");
+}
+
+#[tokio::test]
+async fn driver_copy_in_and_out() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    c.batch_execute(DDL).await.unwrap();
+    // 1,000 rows over 5 PartitionKeys, sent in chunks that split rows.
+    let mut data = String::new();
+    for i in 0..1000 {
+        data.push_str(&format!("p{}\tr{i:04}\tname {i}\t{}\t\\N\n", i % 5, i % 90));
+    }
+    let sink = c.copy_in("COPY regs FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    for chunk in data.as_bytes().chunks(777) {
+        sink.send(Cursor::new(chunk.to_vec())).await.unwrap();
+    }
+    let n = sink.finish().await.unwrap();
+    assert_eq!(n, 1000);
+    let rows = c
+        .query("SELECT runner, age, note FROM regs WHERE race = 'p3'", &[])
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 200);
+    assert!(
+        rows[0].get::<_, Option<String>>("note").is_none(),
+        "\\N is NULL, not the DEFAULT"
+    );
+
+    // An existing key fails the COPY with 23505.
+    let sink = c
+        .copy_in("COPY regs (race, runner) FROM STDIN")
+        .await
+        .unwrap();
+    futures::pin_mut!(sink);
+    sink.send(Cursor::new(b"p0\tr0000\n".to_vec()))
+        .await
+        .unwrap();
+    let e = sink.finish().await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "23505", "{e:?}");
+
+    let out = c
+        .copy_out("COPY regs (race, runner, age) TO STDOUT WITH (FORMAT csv)")
+        .await
+        .unwrap();
+    futures::pin_mut!(out);
+    let mut text = Vec::new();
+    while let Some(chunk) = out.next().await {
+        text.extend_from_slice(&chunk.unwrap());
+    }
+    let text = String::from_utf8(text).unwrap();
+    assert_eq!(text.lines().count(), 1000);
+    assert!(
+        text.starts_with("p0,r0000,0\np0,r0005,5\n"),
+        "{}",
+        &text[..40]
+    );
+}
