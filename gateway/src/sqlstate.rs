@@ -311,6 +311,46 @@ mod tests {
         assert_eq!(e.code, FULL_SCAN_REFUSED);
         assert!(e.hint.is_some());
         assert_eq!(PgError::cancelled(true).code, "57014");
+        // Transactions: the EGT rules, and conflicts at COMMIT.
+        let cross = PlanError::TransactionRule {
+            rule: TxnRule::OnePartition,
+            message: "x".into(),
+        };
+        assert_eq!(PgError::from(&cross).code, "0A000");
+        let many = PlanError::TransactionRule {
+            rule: TxnRule::MaxEntities,
+            message: "x".into(),
+        };
+        assert_eq!(PgError::from(&many).code, "54000");
+        let conflict = PlanError::CommitConflict {
+            detail: "d.".into(),
+        };
+        let e = PgError::from(&conflict);
+        assert_eq!(e.code, "40001");
+        assert!(e.detail.unwrap().contains("Nothing was applied"));
+        // A statement that failed after some EGTs keeps the failure's code
+        // and says what stayed applied.
+        let partly = PlanError::PartlyApplied {
+            rows: 100,
+            groups: 1,
+            source: Box::new(PlanError::Store(StoreError::ServerBusy {
+                reason: "r".into(),
+                scope: "partition \"p\"".into(),
+                target_per_sec: Some(2000),
+                retry_after: Duration::from_millis(5),
+            })),
+        };
+        let e = PgError::from(&partly);
+        assert_eq!(e.code, "53000");
+        assert!(e.detail.unwrap().contains("100 row(s) in 1 earlier"));
+        assert_eq!(PgError::from(&PlanError::DivisionByZero).code, "22012");
+        assert_eq!(
+            PgError::from(&PlanError::ReadOnlyColumn {
+                column: "etag".into()
+            })
+            .code,
+            "428C9"
+        );
         // Wrapped errors keep the inner code and name the operation.
         let wrapped = StoreError::BatchOperationFailed {
             index: 3,

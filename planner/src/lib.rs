@@ -46,6 +46,20 @@
 //! `EXPLAIN` renders step 3 and estimates steps 4–5 from the store's
 //! statistics ([`explain`]); `EXPLAIN ANALYZE` also runs them and reports
 //! what they did.
+//!
+//! # The life of a write
+//!
+//! `UPDATE registrations SET age = age + 1 WHERE race = $1 AND runner =
+//! $2` is planned by [`write::plan_update`]: the SET becomes value
+//! expressions, the WHERE a [`SelectPlan`] over every column. At run time
+//! ([`apply::run`]) that plan is bound and classified exactly like a query
+//! (here: a point), the matched entities are read, and each one's change is
+//! decided: a Merge of `age`, with If-Match of the ETag that was read. In
+//! autocommit, changes are grouped by PartitionKey (at most 100 per group)
+//! and each group is one entity-group transaction; a conflict re-reads the
+//! group and decides again. Inside `BEGIN`, the change is staged in the
+//! [`txn::Transaction`] instead, and COMMIT sends all staged changes as one
+//! EGT.
 
 pub mod apply;
 pub mod ddl;

@@ -6,3 +6,4 @@ mod findings;
 mod fixture;
 mod golden;
 mod native_vs_brute;
+mod writes;
