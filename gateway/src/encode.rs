@@ -83,70 +83,469 @@ pub(crate) fn text_values(row: &DataRow) -> Vec<Option<String>> {
     out
 }
 
-/// Encodes every row of a batch.
+/// The type a column is sent as: every Arrow type DataFusion can produce
+/// is first cast to one of a few canonical types that map one to one to
+/// PostgreSQL types.
+fn canonical(dt: &DataType) -> DataType {
+    use arrow_schema::{IntervalUnit, TimeUnit};
+    match dt {
+        DataType::Int8 | DataType::UInt8 | DataType::Int16 => DataType::Int16,
+        DataType::UInt16 | DataType::Int32 => DataType::Int32,
+        DataType::UInt32 | DataType::Int64 => DataType::Int64,
+        DataType::UInt64 => DataType::Decimal128(20, 0),
+        DataType::Float16 | DataType::Float32 => DataType::Float32,
+        DataType::Float64 => DataType::Float64,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+        DataType::FixedSizeBinary(16) => DataType::FixedSizeBinary(16),
+        DataType::FixedSizeBinary(_) => DataType::Binary,
+        DataType::Boolean => DataType::Boolean,
+        DataType::Null => DataType::Null,
+        DataType::Timestamp(_, tz) => DataType::Timestamp(TimeUnit::Microsecond, tz.clone()),
+        DataType::Date32 | DataType::Date64 => DataType::Date32,
+        DataType::Time32(_) | DataType::Time64(_) => DataType::Time64(TimeUnit::Microsecond),
+        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) | DataType::Decimal128(p, s) => {
+            DataType::Decimal128(*p, *s)
+        }
+        DataType::Decimal256(_, s) => DataType::Decimal128(38, *s),
+        DataType::Interval(_) => DataType::Interval(IntervalUnit::MonthDayNano),
+        DataType::Dictionary(_, v) => canonical(v),
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f) => {
+            let inner = match canonical(f.data_type()) {
+                t @ (DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Boolean
+                | DataType::Utf8) => t,
+                _ => DataType::Utf8,
+            };
+            DataType::List(Arc::new(arrow_schema::Field::new("item", inner, true)))
+        }
+        // Structs, maps, durations, unions: their text.
+        _ => DataType::Utf8,
+    }
+}
+
+/// The PostgreSQL type a column of this Arrow type is sent as.
+pub fn pg_type_of(dt: &DataType) -> Type {
+    match canonical(dt) {
+        DataType::Int16 => Type::INT2,
+        DataType::Int32 => Type::INT4,
+        DataType::Int64 => Type::INT8,
+        DataType::Float32 => Type::FLOAT4,
+        DataType::Float64 => Type::FLOAT8,
+        DataType::Boolean => Type::BOOL,
+        DataType::Binary => Type::BYTEA,
+        DataType::FixedSizeBinary(_) => Type::UUID,
+        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
+        DataType::Timestamp(_, None) => Type::TIMESTAMP,
+        DataType::Date32 => Type::DATE,
+        DataType::Time64(_) => Type::TIME,
+        DataType::Decimal128(..) => Type::NUMERIC,
+        DataType::Interval(_) => Type::INTERVAL,
+        DataType::List(f) => match f.data_type() {
+            DataType::Int16 => Type::INT2_ARRAY,
+            DataType::Int32 => Type::INT4_ARRAY,
+            DataType::Int64 => Type::INT8_ARRAY,
+            DataType::Float32 => Type::FLOAT4_ARRAY,
+            DataType::Float64 => Type::FLOAT8_ARRAY,
+            DataType::Boolean => Type::BOOL_ARRAY,
+            _ => Type::TEXT_ARRAY,
+        },
+        _ => Type::TEXT,
+    }
+}
+
+/// RowDescription fields for an Arrow schema (analytics results).
+pub fn arrow_fields(schema: &arrow_schema::Schema, format: Option<&Format>) -> Vec<FieldInfo> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let fmt = format.map_or(FieldFormat::Text, |x| x.format_for(i));
+            FieldInfo::new(f.name().clone(), None, None, pg_type_of(f.data_type()), fmt)
+        })
+        .collect()
+}
+
+/// NUMERIC from its decimal text, in PostgreSQL's binary layout (base
+/// 10,000 digits) or as text.
+#[derive(Debug)]
+struct Numeric(String);
+
+impl postgres_types::ToSql for Numeric {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use bytes::BufMut;
+        let s = self.0.as_str();
+        let (neg, s) = match s.strip_prefix('-') {
+            Some(r) => (true, r),
+            None => (false, s),
+        };
+        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+        let int = int.trim_start_matches('0');
+        let dscale = frac.len();
+        // Pad the integer part on the left and the fraction on the right
+        // to whole base-10,000 digits.
+        let lead = (4 - int.len() % 4) % 4;
+        let int_p = format!("{}{int}", "0".repeat(lead));
+        let trail = (4 - frac.len() % 4) % 4;
+        let frac_p = format!("{frac}{}", "0".repeat(trail));
+        let mut digits: Vec<i16> = Vec::new();
+        for c in int_p
+            .as_bytes()
+            .chunks(4)
+            .chain(frac_p.as_bytes().chunks(4))
+        {
+            digits.push(std::str::from_utf8(c)?.parse()?);
+        }
+        let mut weight = (int_p.len() / 4) as i16 - 1;
+        while digits.first() == Some(&0) {
+            digits.remove(0);
+            weight -= 1;
+        }
+        while digits.last() == Some(&0) {
+            digits.pop();
+        }
+        if digits.is_empty() {
+            weight = 0;
+        }
+        out.put_i16(digits.len() as i16);
+        out.put_i16(weight);
+        out.put_u16(if neg && !digits.is_empty() { 0x4000 } else { 0 });
+        out.put_u16(dscale as u16);
+        for d in digits {
+            out.put_i16(d);
+        }
+        Ok(postgres_types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+
+    postgres_types::to_sql_checked!();
+}
+
+impl pgwire::types::ToSqlText for Numeric {
+    fn to_sql_text(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+        _o: &pgwire::types::format::FormatOptions,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(self.0.as_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+}
+
+/// INTERVAL as months, days and microseconds.
+#[derive(Debug)]
+struct Interval {
+    months: i32,
+    days: i32,
+    micros: i64,
+}
+
+impl postgres_types::ToSql for Interval {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use bytes::BufMut;
+        out.put_i64(self.micros);
+        out.put_i32(self.days);
+        out.put_i32(self.months);
+        Ok(postgres_types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::INTERVAL
+    }
+
+    postgres_types::to_sql_checked!();
+}
+
+impl pgwire::types::ToSqlText for Interval {
+    fn to_sql_text(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+        _o: &pgwire::types::format::FormatOptions,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        // PostgreSQL's default (postgres) style: 1 year 2 mons 3 days 04:05:06
+        let mut parts = Vec::new();
+        let (y, m) = (self.months / 12, self.months % 12);
+        if y != 0 {
+            parts.push(format!("{y} year{}", if y.abs() == 1 { "" } else { "s" }));
+        }
+        if m != 0 {
+            parts.push(format!("{m} mon{}", if m.abs() == 1 { "" } else { "s" }));
+        }
+        if self.days != 0 {
+            parts.push(format!(
+                "{} day{}",
+                self.days,
+                if self.days.abs() == 1 { "" } else { "s" }
+            ));
+        }
+        if self.micros != 0 || parts.is_empty() {
+            let neg = self.micros < 0;
+            let t = self.micros.unsigned_abs();
+            let (h, rest) = (t / 3_600_000_000, t % 3_600_000_000);
+            let (mi, rest) = (rest / 60_000_000, rest % 60_000_000);
+            let (sec, us) = (rest / 1_000_000, rest % 1_000_000);
+            let mut time = format!("{}{h:02}:{mi:02}:{sec:02}", if neg { "-" } else { "" });
+            if us != 0 {
+                time.push_str(format!(".{us:06}").trim_end_matches('0'));
+            }
+            parts.push(time);
+        }
+        out.extend_from_slice(parts.join(" ").as_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+}
+
+/// Encodes every row of a batch, whatever Arrow types it holds.
 pub(crate) fn encode_batch(
     batch: &RecordBatch,
     fields: &Arc<Vec<FieldInfo>>,
     out: &mut Vec<DataRow>,
 ) -> PgWireResult<()> {
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for col in batch.columns() {
+        let want = canonical(col.data_type());
+        if *col.data_type() == want {
+            columns.push(col.clone());
+        } else if want == DataType::Utf8 && !can_cast_text(col.data_type()) {
+            columns.push(format_as_text(col)?);
+        } else {
+            columns.push(arrow_cast::cast(col, &want).map_err(|e| {
+                wire_error(PgError::new(
+                    "22000",
+                    format!("cannot send {} as {want}: {e}", col.data_type()),
+                ))
+            })?);
+        }
+    }
     let mut enc = DataRowEncoder::new(fields.clone());
     for row in 0..batch.num_rows() {
-        for (col, field) in batch.columns().iter().zip(fields.iter()) {
-            let ty = field.datatype();
-            let binary = field.format() == FieldFormat::Binary;
-            if col.is_null(row) {
-                enc.encode_field(&None::<i32>)?;
-                continue;
-            }
-            match col.data_type() {
-                DataType::Utf8 => enc.encode_field(&col.as_string::<i32>().value(row))?,
-                DataType::Int32 => enc.encode_field(&col.as_primitive::<Int32Type>().value(row))?,
-                DataType::Int64 => enc.encode_field(&col.as_primitive::<Int64Type>().value(row))?,
-                DataType::Float64 => {
-                    enc.encode_field(&col.as_primitive::<Float64Type>().value(row))?
-                }
-                DataType::Boolean => enc.encode_field(&col.as_boolean().value(row))?,
-                DataType::Timestamp(_, tz) => {
-                    let micros = col.as_primitive::<TimestampMicrosecondType>().value(row);
-                    let t = chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default();
-                    if tz.is_some() {
-                        enc.encode_field(&t)?;
-                    } else {
-                        enc.encode_field(&t.naive_utc())?;
-                    }
-                }
-                DataType::FixedSizeBinary(16) => {
-                    let b = col.as_fixed_size_binary().value(row);
-                    if binary {
-                        enc.encode_field_with_type_and_format(
-                            &b,
-                            ty,
-                            FieldFormat::Binary,
-                            field.format_options(),
-                        )?;
-                    } else {
-                        let text =
-                            tablegate_store::entity::guid_text(b.try_into().expect("16 bytes"));
-                        enc.encode_field_with_type_and_format(
-                            &text,
-                            ty,
-                            FieldFormat::Text,
-                            field.format_options(),
-                        )?;
-                    }
-                }
-                DataType::Binary => enc.encode_field(&col.as_binary::<i32>().value(row))?,
-                other => {
-                    return Err(wire_error(PgError::new(
-                        "0A000",
-                        format!("cannot send values of Arrow type {other}"),
-                    )));
-                }
-            }
+        for (col, field) in columns.iter().zip(fields.iter()) {
+            encode_value(&mut enc, col, row, field)?;
         }
         out.push(enc.take_row());
     }
     Ok(())
+}
+
+/// A double as PostgreSQL prints it (shortest round-trip digits): `41`,
+/// `2.5`, `1e+20`, `1.5e-05`, `NaN`, `Infinity`.
+pub fn pg_float_text(d: f64) -> String {
+    if d.is_nan() {
+        return "NaN".into();
+    }
+    if d.is_infinite() {
+        return if d > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    let a = d.abs();
+    if a == 0.0 || (1e-4..1e15).contains(&a) {
+        return format!("{d}");
+    }
+    // Exponent form, PostgreSQL style: mantissa, 'e', sign, two+ digits.
+    let e = format!("{d:e}");
+    let (m, x) = e.split_once('e').unwrap_or((&e, "0"));
+    let x: i32 = x.parse().unwrap_or(0);
+    format!("{m}e{}{:02}", if x < 0 { '-' } else { '+' }, x.abs())
+}
+
+fn can_cast_text(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Dictionary(..)
+    )
+}
+
+/// Any column as its display text (structs, maps, durations).
+fn format_as_text(col: &arrow_array::ArrayRef) -> PgWireResult<arrow_array::ArrayRef> {
+    let fmt = arrow_cast::display::ArrayFormatter::try_new(col.as_ref(), &Default::default())
+        .map_err(|e| wire_error(PgError::new("22000", e.to_string())))?;
+    let values: Vec<Option<String>> = (0..col.len())
+        .map(|i| (!col.is_null(i)).then(|| fmt.value(i).to_string()))
+        .collect();
+    Ok(Arc::new(arrow_array::StringArray::from(values)))
+}
+
+fn encode_value(
+    enc: &mut DataRowEncoder,
+    col: &arrow_array::ArrayRef,
+    row: usize,
+    field: &FieldInfo,
+) -> PgWireResult<()> {
+    use arrow_array::types::{
+        Date32Type, Float32Type, Int16Type, IntervalMonthDayNanoType, Time64MicrosecondType,
+    };
+    let ty = field.datatype();
+    let binary = field.format() == FieldFormat::Binary;
+    if col.is_null(row) {
+        return enc.encode_field(&None::<i32>);
+    }
+    match col.data_type() {
+        DataType::Null => enc.encode_field(&None::<i32>),
+        DataType::Utf8 => enc.encode_field(&col.as_string::<i32>().value(row)),
+        DataType::Int16 => enc.encode_field(&col.as_primitive::<Int16Type>().value(row)),
+        DataType::Int32 => enc.encode_field(&col.as_primitive::<Int32Type>().value(row)),
+        DataType::Int64 => enc.encode_field(&col.as_primitive::<Int64Type>().value(row)),
+        DataType::Float32 if !binary => enc.encode_field_with_type_and_format(
+            &pg_float_text(col.as_primitive::<Float32Type>().value(row).into()),
+            ty,
+            FieldFormat::Text,
+            field.format_options(),
+        ),
+        DataType::Float64 if !binary => enc.encode_field_with_type_and_format(
+            &pg_float_text(col.as_primitive::<Float64Type>().value(row)),
+            ty,
+            FieldFormat::Text,
+            field.format_options(),
+        ),
+        DataType::Float32 => enc.encode_field(&col.as_primitive::<Float32Type>().value(row)),
+        DataType::Float64 => enc.encode_field(&col.as_primitive::<Float64Type>().value(row)),
+        DataType::Boolean => enc.encode_field(&col.as_boolean().value(row)),
+        DataType::Timestamp(_, tz) => {
+            let micros = col.as_primitive::<TimestampMicrosecondType>().value(row);
+            let t = chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default();
+            if !binary {
+                // PostgreSQL's text: fractional seconds without trailing
+                // zeros, and the zone as +00 (sessions are UTC).
+                let mut text = t.format("%Y-%m-%d %H:%M:%S").to_string();
+                let us = micros.rem_euclid(1_000_000);
+                if us != 0 {
+                    text.push_str(format!(".{us:06}").trim_end_matches('0'));
+                }
+                if tz.is_some() {
+                    text.push_str("+00");
+                }
+                return enc.encode_field_with_type_and_format(
+                    &text,
+                    ty,
+                    FieldFormat::Text,
+                    field.format_options(),
+                );
+            }
+            if tz.is_some() {
+                enc.encode_field(&t)
+            } else {
+                enc.encode_field(&t.naive_utc())
+            }
+        }
+        DataType::Date32 => {
+            let days = col.as_primitive::<Date32Type>().value(row);
+            let d = chrono::NaiveDate::from_ymd_opt(1970, 1, 1)
+                .unwrap_or_default()
+                .checked_add_signed(chrono::TimeDelta::days(days.into()))
+                .unwrap_or_default();
+            enc.encode_field(&d)
+        }
+        DataType::Time64(_) => {
+            let us = col.as_primitive::<Time64MicrosecondType>().value(row);
+            let t = chrono::NaiveTime::from_num_seconds_from_midnight_opt(
+                (us / 1_000_000) as u32,
+                ((us % 1_000_000) * 1000) as u32,
+            )
+            .unwrap_or_default();
+            enc.encode_field(&t)
+        }
+        DataType::Decimal128(_, _) => {
+            let text =
+                arrow_cast::display::ArrayFormatter::try_new(col.as_ref(), &Default::default())
+                    .map_err(|e| wire_error(PgError::new("22000", e.to_string())))?
+                    .value(row)
+                    .to_string();
+            enc.encode_field(&Numeric(text))
+        }
+        DataType::Interval(_) => {
+            let v = col.as_primitive::<IntervalMonthDayNanoType>().value(row);
+            enc.encode_field(&Interval {
+                months: v.months,
+                days: v.days,
+                micros: v.nanoseconds / 1000,
+            })
+        }
+        DataType::FixedSizeBinary(16) => {
+            let b = col.as_fixed_size_binary().value(row);
+            if binary {
+                enc.encode_field_with_type_and_format(
+                    &b,
+                    ty,
+                    FieldFormat::Binary,
+                    field.format_options(),
+                )
+            } else {
+                let text = tablegate_store::entity::guid_text(b.try_into().expect("16 bytes"));
+                enc.encode_field_with_type_and_format(
+                    &text,
+                    ty,
+                    FieldFormat::Text,
+                    field.format_options(),
+                )
+            }
+        }
+        DataType::Binary => enc.encode_field(&col.as_binary::<i32>().value(row)),
+        DataType::List(_) => {
+            let list = col.as_list::<i32>().value(row);
+            match list.data_type() {
+                DataType::Int16 => {
+                    enc.encode_field(&list.as_primitive::<Int16Type>().iter().collect::<Vec<_>>())
+                }
+                DataType::Int32 => {
+                    enc.encode_field(&list.as_primitive::<Int32Type>().iter().collect::<Vec<_>>())
+                }
+                DataType::Int64 => {
+                    enc.encode_field(&list.as_primitive::<Int64Type>().iter().collect::<Vec<_>>())
+                }
+                DataType::Float32 => enc.encode_field(
+                    &list
+                        .as_primitive::<Float32Type>()
+                        .iter()
+                        .collect::<Vec<_>>(),
+                ),
+                DataType::Float64 => enc.encode_field(
+                    &list
+                        .as_primitive::<Float64Type>()
+                        .iter()
+                        .collect::<Vec<_>>(),
+                ),
+                DataType::Boolean => {
+                    enc.encode_field(&list.as_boolean().iter().collect::<Vec<_>>())
+                }
+                DataType::Utf8 => enc.encode_field(
+                    &list
+                        .as_string::<i32>()
+                        .iter()
+                        .map(|v| v.map(str::to_owned))
+                        .collect::<Vec<_>>(),
+                ),
+                other => Err(wire_error(PgError::new(
+                    "0A000",
+                    format!("cannot send arrays of Arrow type {other}"),
+                ))),
+            }
+        }
+        other => Err(wire_error(PgError::new(
+            "0A000",
+            format!("cannot send values of Arrow type {other}"),
+        ))),
+    }
 }
 
 /// When a running statement must stop: statement_timeout, or a cancel
@@ -177,15 +576,32 @@ impl Stop {
     }
 }
 
-/// DataRows of a running query, produced batch by batch as the client
-/// reads them; ends with 57014 when `stop` fires.
+/// DataRows of a running native query, produced batch by batch as the
+/// client reads them; ends with 57014 when `stop` fires.
 pub fn row_stream(
     rows: RowStream,
     fields: Arc<Vec<FieldInfo>>,
     stop: Stop,
 ) -> impl Stream<Item = PgWireResult<DataRow>> + Send {
+    let batches = futures::stream::unfold(rows, |mut rows| async move {
+        let next = rows.next().await?;
+        Some((next.map_err(|e| PgError::from(&e)), rows))
+    });
+    batch_stream(Box::pin(batches), fields, stop)
+}
+
+/// DataRows of any stream of record batches (the native path's, or the
+/// analytics engine's); ends with 57014 when `stop` fires.
+pub fn batch_stream<S>(
+    batches: S,
+    fields: Arc<Vec<FieldInfo>>,
+    stop: Stop,
+) -> impl Stream<Item = PgWireResult<DataRow>> + Send
+where
+    S: Stream<Item = Result<RecordBatch, PgError>> + Send + Unpin + 'static,
+{
     futures::stream::unfold(
-        (rows, std::collections::VecDeque::<DataRow>::new(), false),
+        (batches, std::collections::VecDeque::<DataRow>::new(), false),
         move |(mut rows, mut pending, done)| {
             let fields = fields.clone();
             let stop = stop.clone();
@@ -206,10 +622,7 @@ pub fn row_stream(
                     match next {
                         None => return None,
                         Some(Err(e)) => {
-                            return Some((
-                                Err(wire_error(PgError::from(&e))),
-                                (rows, pending, true),
-                            ));
+                            return Some((Err(wire_error(e)), (rows, pending, true)));
                         }
                         Some(Ok(batch)) => {
                             let mut v = Vec::with_capacity(batch.num_rows());
@@ -226,4 +639,27 @@ pub fn row_stream(
     // Polled again after its end (a FETCH past the last row) it must say
     // None, not panic.
     .fuse()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pg_float_text;
+
+    #[test]
+    fn floats_print_like_postgres() {
+        for (v, want) in [
+            (41.0, "41"),
+            (2.5, "2.5"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (1e20, "1e+20"),
+            (1.5e-5, "1.5e-05"),
+            (-0.0001, "-0.0001"),
+            (123456789012345.0, "123456789012345"),
+            (1e15, "1e+15"),
+            (f64::NAN, "NaN"),
+            (f64::NEG_INFINITY, "-Infinity"),
+        ] {
+            assert_eq!(pg_float_text(v), want, "{v}");
+        }
+    }
 }

@@ -28,9 +28,10 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::response::NoticeResponse;
 use sqlparser::ast::{self, Statement};
 use tablegate_catalog::{ColumnRef, SqlType};
-use tablegate_planner::{Plan, Planner, SelectPlan, Transaction, WritePlan};
+use tablegate_planner::{Plan, Planner, Route, SelectPlan, Transaction, WritePlan};
 use tablegate_store::Value;
 
+use crate::analytics::{Engine, EnginePlan};
 use crate::auth::{AuthMode, ScramStartup};
 use crate::cancel::{CancelRegistry, CancelSignal, RegistryCancelHandler};
 use crate::copy::CopyFormat;
@@ -98,6 +99,23 @@ pub enum Prepared {
         columns: Vec<ColumnRef>,
         /// Text or CSV and their options.
         format: CopyFormat,
+    },
+    /// A statement for the analytics engine, not yet planned by it (the
+    /// planner's reason says why it is not native).
+    EngineSql {
+        /// The statement's text.
+        sql: String,
+        /// Why the native path does not run it.
+        reason: String,
+        /// `Some(analyze)` for EXPLAIN [ANALYZE].
+        explain: Option<bool>,
+    },
+    /// A statement planned by the analytics engine.
+    Engine {
+        /// DataFusion's plan.
+        plan: Arc<EnginePlan>,
+        /// `Some(analyze)` for EXPLAIN [ANALYZE].
+        explain: Option<bool>,
     },
     /// COPY t / (query) TO STDOUT.
     CopyOut {
@@ -179,6 +197,62 @@ fn is_version_query(q: &ast::Query) -> bool {
 /// A cursor name as PostgreSQL folds it.
 pub fn cursor_name(i: &ast::Ident) -> String {
     tablegate_planner::expr::fold(i)
+}
+
+/// A statement for the analytics engine: its own text when it is the whole
+/// query string, else its SQL rendering.
+fn engine_sql(stmt: &Statement, sql: &str, reason: &str, explain: Option<bool>) -> Prepared {
+    let single = !sql.is_empty() && Planner::parse(sql).is_ok_and(|v| v.len() == 1);
+    Prepared::EngineSql {
+        sql: if single && explain.is_none() {
+            sql.to_owned()
+        } else {
+            stmt.to_string()
+        },
+        reason: reason.to_owned(),
+        explain,
+    }
+}
+
+/// When the planner refuses a query the analytics engine may run: a
+/// construct it does not run natively, or a catalog table (`pg_catalog`,
+/// `information_schema`) it does not know.
+fn engine_route(
+    stmt: &Statement,
+    sql: &str,
+    e: tablegate_planner::PlanError,
+) -> Result<Prepared, PgError> {
+    use tablegate_planner::PlanError;
+    let query = match stmt {
+        Statement::Query(_) => Some((stmt, None)),
+        Statement::Explain {
+            statement, analyze, ..
+        } if matches!(**statement, Statement::Query(_)) => Some((&**statement, Some(*analyze))),
+        _ => None,
+    };
+    let lower = sql.to_ascii_lowercase();
+    let catalog = |name: &str| {
+        name.starts_with("pg_")
+            || lower.contains("pg_catalog")
+            || lower.contains("information_schema")
+    };
+    match (&e, query) {
+        (PlanError::NeedsAnalytics { reason }, Some((q, explain))) => Ok(engine_sql(
+            q,
+            if explain.is_some() { "" } else { sql },
+            reason,
+            explain,
+        )),
+        (PlanError::UnknownTable { name, .. }, Some((q, explain))) if catalog(name) => {
+            Ok(engine_sql(
+                q,
+                if explain.is_some() { "" } else { sql },
+                "a system catalog query",
+                explain,
+            ))
+        }
+        _ => Err(PgError::from(&e)),
+    }
 }
 
 /// Plans one statement.
@@ -343,18 +417,31 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
                 }
             }
         }
-        other => match planner.plan(other, sql).map_err(plan_err)? {
-            Plan::Select(s) => Prepared::Select(s),
+        other => match match planner.plan(other, sql) {
+            Ok(plan) => plan,
+            Err(e) => return engine_route(other, sql, e),
+        } {
+            Plan::Select(s) => match &s.route {
+                Route::Engine(reason) => engine_sql(other, sql, reason, None),
+                Route::Native => Prepared::Select(s),
+            },
             Plan::Explain {
                 analyze,
                 json,
                 select,
                 write,
-            } => Prepared::Explain {
-                analyze,
-                json,
-                select,
-                write,
+            } => match (&select.route, other) {
+                (Route::Engine(reason), Statement::Explain { statement, .. })
+                    if write.is_none() =>
+                {
+                    engine_sql(statement, "", reason, Some(analyze))
+                }
+                _ => Prepared::Explain {
+                    analyze,
+                    json,
+                    select,
+                    write,
+                },
             },
             Plan::Write(w) => Prepared::Write(w),
             p @ (Plan::CreateTable { .. } | Plan::DropTable { .. } | Plan::AddColumn { .. }) => {
@@ -389,6 +476,8 @@ pub struct ConnHandler {
     txn: Mutex<Option<Transaction>>,
     /// A `COPY ... FROM STDIN` in progress.
     copy_in: tokio::sync::Mutex<Option<CopyIn>>,
+    /// The session's analytics engine, made on first use.
+    engine: EngineCell,
     auth: AuthMode,
     /// Refuse sessions that did not negotiate TLS.
     tls_required: bool,
@@ -412,12 +501,15 @@ impl Connection {
     /// A fresh session over `planner`, cancellable through `registry`.
     pub fn new(planner: Planner, registry: Arc<CancelRegistry>, auth: AuthMode) -> Self {
         let cursors = Cursors::default();
+        let engine = EngineCell::default();
         Connection {
             handler: Arc::new(ConnHandler {
                 parser: Arc::new(StatementParser {
                     planner: planner.clone(),
                     cursors: cursors.clone(),
+                    engine: engine.clone(),
                 }),
+                engine,
                 cursors,
                 txn: Mutex::new(None),
                 copy_in: tokio::sync::Mutex::new(None),
@@ -602,7 +694,10 @@ impl ConnHandler {
         // Reads inside a transaction see its staged writes.
         if matches!(
             p,
-            Prepared::Select(_) | Prepared::Explain { .. } | Prepared::Declare { .. }
+            Prepared::Select(_)
+                | Prepared::Explain { .. }
+                | Prepared::Declare { .. }
+                | Prepared::Engine { .. }
         ) {
             let txn = self.txn.lock().take();
             if let Some(mut t) = txn {
@@ -880,6 +975,39 @@ impl ConnHandler {
                     columns.len(),
                     futures::stream::empty(),
                 ))
+            }
+            Prepared::EngineSql { .. } => {
+                return Err(PgError::new(
+                    "XX000",
+                    "an analytics statement ran unplanned",
+                ));
+            }
+            Prepared::Engine { plan, explain } => {
+                let engine = engine_of(&self.planner, &self.engine).await?;
+                let df = |e: datafusion::common::DataFusionError| PgError::from(&e);
+                match explain {
+                    Some(analyze) => {
+                        let run = engine.explain(plan, params, *analyze, opts.clone());
+                        let lines = tokio::select! {
+                            r = run => r.map_err(df)?,
+                            e = stop.wait() => return Err(e),
+                        };
+                        one_text_row("QUERY PLAN", &lines)
+                    }
+                    None => {
+                        let run = engine.execute(plan, params, opts.clone());
+                        let stream = tokio::select! {
+                            r = run => r.map_err(df)?,
+                            e = stop.wait() => return Err(e),
+                        };
+                        let f = Arc::new(encode::arrow_fields(&plan.schema, format));
+                        let batches = stream.map(|b| b.map_err(|e| PgError::from(&e)));
+                        Response::Query(QueryResponse::new(
+                            f.clone(),
+                            encode::batch_stream(batches, f, stop),
+                        ))
+                    }
+                }
             }
             Prepared::CopyOut { select, format } => {
                 self.copy_out(client, select, format, params, &opts, &stop)
@@ -1184,7 +1312,11 @@ impl SimpleQueryHandler for ConnHandler {
                 break;
             }
             // (COMMIT of a failed transaction rolls it back: `run` knows.)
-            let result = match prepare(&self.planner, stmt, query) {
+            let prepared = match prepare(&self.planner, stmt, query) {
+                Ok(p) => resolve(&self.planner, &self.engine, p).await,
+                Err(e) => Err(e),
+            };
+            let result = match prepared {
                 Ok(p) => self.run(client, &p, &[], None).await,
                 Err(e) => Err(e),
             };
@@ -1206,6 +1338,43 @@ impl SimpleQueryHandler for ConnHandler {
 pub struct StatementParser {
     planner: Planner,
     cursors: Cursors,
+    engine: EngineCell,
+}
+
+/// A session's analytics engine, created on first use (most sessions of
+/// key-value clients never need it).
+type EngineCell = Arc<tokio::sync::OnceCell<Arc<Engine>>>;
+
+async fn engine_of(planner: &Planner, cell: &EngineCell) -> Result<Arc<Engine>, PgError> {
+    cell.get_or_try_init(|| async {
+        Engine::new(planner.clone())
+            .map(Arc::new)
+            .map_err(|e| PgError::from(&e))
+    })
+    .await
+    .cloned()
+}
+
+/// Plans an engine statement with DataFusion; other statements pass.
+async fn resolve(planner: &Planner, cell: &EngineCell, p: Prepared) -> Result<Prepared, PgError> {
+    match p {
+        Prepared::EngineSql {
+            sql,
+            reason,
+            explain,
+        } => {
+            let engine = engine_of(planner, cell).await?;
+            let plan = engine
+                .plan(&sql, &reason)
+                .await
+                .map_err(|e| PgError::from(&e))?;
+            Ok(Prepared::Engine {
+                plan: Arc::new(plan),
+                explain,
+            })
+        }
+        other => Ok(other),
+    }
 }
 
 #[async_trait]
@@ -1224,9 +1393,13 @@ impl QueryParser for StatementParser {
         let stmts = Planner::parse(sql).map_err(|e| wire_error(PgError::from(&e)))?;
         match stmts.as_slice() {
             [] => Ok(None),
-            [stmt] => prepare(&self.planner, stmt, sql)
-                .map(Some)
-                .map_err(wire_error),
+            [stmt] => {
+                let p = prepare(&self.planner, stmt, sql).map_err(wire_error)?;
+                resolve(&self.planner, &self.engine, p)
+                    .await
+                    .map(Some)
+                    .map_err(wire_error)
+            }
             _ => Err(wire_error(PgError::new(
                 "42601",
                 "cannot insert multiple commands into a prepared statement",
@@ -1240,6 +1413,7 @@ impl QueryParser for StatementParser {
                 s.param_types.iter().map(|t| pg_type(*t)).collect()
             }
             Prepared::Write(w) => w.param_types.iter().map(|t| pg_type(*t)).collect(),
+            Prepared::Engine { plan, .. } => plan.param_types.iter().map(|t| pg_type(*t)).collect(),
             _ => Vec::new(),
         })
     }
@@ -1252,7 +1426,11 @@ impl QueryParser for StatementParser {
         Ok(match stmt {
             Prepared::Select(s) => fields(&s.columns, format),
             Prepared::Write(w) => fields(&w.returning, format),
-            Prepared::Explain { .. } => text_field("QUERY PLAN"),
+            Prepared::Engine {
+                plan,
+                explain: None,
+            } => encode::arrow_fields(&plan.schema, format),
+            Prepared::Explain { .. } | Prepared::Engine { .. } => text_field("QUERY PLAN"),
             Prepared::Show(n) => text_field(n),
             Prepared::Version => text_field("version"),
             Prepared::Fetch { name, .. } => self
@@ -1379,6 +1557,7 @@ impl ExtendedQueryHandler for ConnHandler {
         let param_types: &[SqlType] = match p {
             Prepared::Select(s) | Prepared::Explain { select: s, .. } => &s.param_types,
             Prepared::Write(w) => &w.param_types,
+            Prepared::Engine { plan, .. } => &plan.param_types,
             _ => &[],
         };
         if portal.parameter_len() != param_types.len() {

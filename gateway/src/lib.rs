@@ -16,6 +16,7 @@
 //! Deliberately limited for now (see the README): no COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
 //! BEGIN/COMMIT accepted but carrying no writes.
 
+pub mod analytics;
 pub mod auth;
 pub mod cancel;
 pub mod copy;

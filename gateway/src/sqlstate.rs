@@ -227,6 +227,55 @@ impl From<&PlanError> for PgError {
     }
 }
 
+impl From<&datafusion::common::DataFusionError> for PgError {
+    fn from(e: &datafusion::common::DataFusionError) -> Self {
+        use datafusion::common::DataFusionError as D;
+        match e {
+            // The store's and planner's own errors, raised inside a scan.
+            D::External(inner) => {
+                if let Some(p) = inner.downcast_ref::<PlanError>() {
+                    return PgError::from(p);
+                }
+                if let Some(s) = inner.downcast_ref::<StoreError>() {
+                    return PgError::from(s);
+                }
+                PgError::new("XX000", inner.to_string())
+            }
+            D::Context(_, inner) | D::Diagnostic(_, inner) => PgError::from(&**inner),
+            D::Shared(inner) => PgError::from(&**inner),
+            D::SQL(p, _) => PgError::new("42601", format!("syntax error: {p}")),
+            D::NotImplemented(m) => PgError::new("0A000", format!("not supported: {m}"))
+                .hint("the analytics engine does not run this construct"),
+            D::ResourcesExhausted(m) => PgError::new("53200", format!("out of memory: {m}"))
+                .hint("the session's analytics memory limit was reached: narrow the query or aggregate less data"),
+            other => {
+                let m = other.strip_backtrace();
+                let lower = m.to_ascii_lowercase();
+                let code = if lower.contains("table") && lower.contains("not found") {
+                    "42P01"
+                } else if lower.contains("no field named") || lower.contains("column") && lower.contains("not found") {
+                    "42703"
+                } else if lower.contains("divide by zero") || lower.contains("division by zero") {
+                    "22012"
+                } else if lower.contains("overflow") {
+                    "22003"
+                } else if lower.contains("cast") || lower.contains("cannot parse") || lower.contains("invalid") && lower.contains("value") {
+                    "22P02"
+                } else if matches!(other, D::Plan(_) | D::SchemaError(..)) {
+                    if lower.contains("function") {
+                        "42883"
+                    } else {
+                        "42601"
+                    }
+                } else {
+                    "XX000"
+                };
+                PgError::new(code, m)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -1,0 +1,349 @@
+//! The analytics engine: DataFusion over the store, for what the native
+//! path does not run (aggregates, joins, sorts, subqueries, CTEs, window
+//! functions, set operations, functions over columns) and for the
+//! `pg_catalog` / `information_schema` queries drivers and psql send.
+//!
+//! The planner decides the route ([`tablegate_planner::Route`]); the
+//! gateway sends engine routes here. Each connection has its own
+//! [`Engine`] (one DataFusion `SessionContext`, created on first use), so
+//! settings never leak between sessions. Store tables are DataFusion tables
+//! whose scans push key spans, residual filters, projection and LIMIT into
+//! the store through the planner's classifier ([`provider`]).
+//!
+//! `pg_catalog` comes from the datafusion-pg-catalog crate (the
+//! datafusion-postgres project): its tables read DataFusion's catalog, which
+//! lists the store's tables in schema `public`, and its SQL rewriter turns
+//! psql's catalog queries into SQL DataFusion runs. We chose it over a
+//! hand-written catalog because it already answers psql's `\d` family and
+//! common driver metadata queries; it pulls pgwire 0.41 (through arrow-pg)
+//! beside our 0.42, used only for its type tables.
+//!
+//! Memory is bounded per session by a DataFusion memory pool
+//! ([`MEMORY_LIMIT`]): a query over the limit fails with 53200, the server
+//! is never OOM-killed.
+
+pub mod info_schema;
+pub mod provider;
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::{DataFusionError, ParamValues, ScalarValue};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::{SendableRecordBatchStream, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use parking_lot::Mutex;
+use tablegate_catalog::SqlType;
+use tablegate_planner::{ExecOptions, Planner};
+use tablegate_store::Value;
+
+use provider::{SharedOptions, StoreSchema};
+
+/// The catalog (database) name DataFusion and pg_catalog report.
+pub const DATABASE: &str = "tablegate";
+
+/// Memory one session's analytics queries may hold (sorts, hash tables).
+pub const MEMORY_LIMIT: usize = 1 << 30;
+
+/// One connection's DataFusion session.
+pub struct Engine {
+    ctx: SessionContext,
+    opts: SharedOptions,
+    parser: PostgresCompatibilityParser,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+/// A statement planned by DataFusion.
+#[derive(Debug, Clone)]
+pub struct EnginePlan {
+    /// The logical plan (parameters unbound).
+    pub plan: Arc<LogicalPlan>,
+    /// Result schema.
+    pub schema: SchemaRef,
+    /// Parameter types, `$1` first (unknown ones are text).
+    pub param_types: Vec<SqlType>,
+    /// Why the planner sent it here.
+    pub reason: String,
+}
+
+impl Engine {
+    /// A session over `planner`'s catalog and store.
+    pub fn new(planner: Planner) -> Result<Engine, DataFusionError> {
+        let config = SessionConfig::new()
+            .with_default_catalog_and_schema(DATABASE, "public")
+            .with_information_schema(false)
+            .with_target_partitions(4);
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(MEMORY_LIMIT, 1.0)
+            .build_arc()?;
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let opts: SharedOptions = Arc::new(Mutex::new(ExecOptions::default()));
+        ctx.catalog(DATABASE)
+            .ok_or_else(|| DataFusionError::Internal("no default catalog".into()))?
+            .register_schema(
+                "public",
+                Arc::new(StoreSchema::new(planner.clone(), opts.clone())),
+            )?;
+        ctx.catalog(DATABASE)
+            .ok_or_else(|| DataFusionError::Internal("no default catalog".into()))?
+            .register_schema(
+                "information_schema",
+                Arc::new(info_schema::InfoSchema::new(planner, DATABASE)),
+            )?;
+        datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
+            .map_err(|e| *e)?;
+        Ok(Engine {
+            ctx,
+            opts,
+            parser: PostgresCompatibilityParser::new(),
+        })
+    }
+
+    /// Plans one statement's SQL text.
+    pub async fn plan(&self, sql: &str, reason: &str) -> Result<EnginePlan, DataFusionError> {
+        let mut stmts = self
+            .parser
+            .parse(sql)
+            .map_err(|e| DataFusionError::SQL(Box::new(e), None))?;
+        if stmts.len() != 1 {
+            return Err(DataFusionError::Plan(format!(
+                "expected one statement, got {}",
+                stmts.len()
+            )));
+        }
+        let stmt = stmts.remove(0);
+        let plan = self
+            .ctx
+            .state()
+            .statement_to_plan(datafusion::sql::parser::Statement::Statement(Box::new(
+                stmt,
+            )))
+            .await?;
+        let types = plan.get_parameter_types()?;
+        let mut param_types = Vec::new();
+        for (name, ty) in types {
+            let Some(n) = name
+                .strip_prefix('$')
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n >= 1)
+            else {
+                continue;
+            };
+            if param_types.len() < n {
+                param_types.resize(n, SqlType::Text);
+            }
+            param_types[n - 1] = ty.as_ref().map_or(SqlType::Text, sql_type);
+        }
+        let schema = plan.schema().as_arrow().clone();
+        // Result columns named as PostgreSQL names them (`count`, `upper`,
+        // `?column?`), not as DataFusion prints the expression.
+        let schema = match pg_column_names(sql) {
+            Some(names) if names.len() == schema.fields().len() => {
+                datafusion::arrow::datatypes::Schema::new(
+                    schema
+                        .fields()
+                        .iter()
+                        .zip(names)
+                        .map(|(f, n)| match n {
+                            Some(n) => f.as_ref().clone().with_name(n),
+                            None => f.as_ref().clone(),
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            }
+            _ => schema,
+        };
+        let schema = Arc::new(schema);
+        Ok(EnginePlan {
+            plan: Arc::new(plan),
+            schema,
+            param_types,
+            reason: reason.to_owned(),
+        })
+    }
+
+    fn bind(
+        &self,
+        p: &EnginePlan,
+        params: &[Option<Value>],
+        opts: ExecOptions,
+    ) -> Result<LogicalPlan, DataFusionError> {
+        *self.opts.lock() = opts;
+        let plan = p.plan.as_ref().clone();
+        if params.is_empty() {
+            return Ok(plan);
+        }
+        let values: Vec<ScalarValue> = params
+            .iter()
+            .zip(&p.param_types)
+            .map(|(v, t)| scalar(v.as_ref(), *t))
+            .collect();
+        plan.with_param_values(ParamValues::from(values))
+    }
+
+    /// Runs a planned statement; the stream stops when dropped.
+    pub async fn execute(
+        &self,
+        p: &EnginePlan,
+        params: &[Option<Value>],
+        opts: ExecOptions,
+    ) -> Result<SendableRecordBatchStream, DataFusionError> {
+        let plan = self.bind(p, params, opts)?;
+        self.ctx
+            .execute_logical_plan(plan)
+            .await?
+            .execute_stream()
+            .await
+    }
+
+    /// EXPLAIN [ANALYZE]: the route, then DataFusion's physical plan with
+    /// the store scans annotated (class, spans, residual, estimates, and
+    /// actuals after ANALYZE).
+    pub async fn explain(
+        &self,
+        p: &EnginePlan,
+        params: &[Option<Value>],
+        analyze: bool,
+        opts: ExecOptions,
+    ) -> Result<Vec<String>, DataFusionError> {
+        use futures::StreamExt;
+        let plan = self.bind(p, params, opts)?;
+        let physical = self
+            .ctx
+            .execute_logical_plan(plan)
+            .await?
+            .create_physical_plan()
+            .await?;
+        let mut lines = vec![format!(
+            "Route: analytics engine (DataFusion): {}",
+            p.reason
+        )];
+        let text = if analyze {
+            let started = std::time::Instant::now();
+            let mut rows = 0usize;
+            let task = self.ctx.task_ctx();
+            let mut stream = datafusion::physical_plan::execute_stream(physical.clone(), task)?;
+            while let Some(b) = stream.next().await {
+                rows += b?.num_rows();
+            }
+            lines.push(format!(
+                "Actual: rows {rows}, elapsed {:?}",
+                started.elapsed()
+            ));
+            datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
+                physical.as_ref(),
+            )
+            .indent(false)
+            .to_string()
+        } else {
+            displayable(physical.as_ref()).indent(false).to_string()
+        };
+        lines.extend(text.lines().map(str::to_owned));
+        Ok(lines)
+    }
+}
+
+/// The names PostgreSQL gives a query's result columns, from its
+/// top-level select list: an alias, a column's name, a function's name,
+/// the type of a cast literal, or `?column?`. `None` for an item that
+/// expands (`*`) — then DataFusion's names stay.
+fn pg_column_names(sql: &str) -> Option<Vec<Option<String>>> {
+    use sqlparser::ast::{Expr, SelectItem, SetExpr, Statement};
+    let stmt = Planner::parse(sql).ok()?.into_iter().next()?;
+    let Statement::Query(q) = stmt else {
+        return None;
+    };
+    let SetExpr::Select(sel) = &*q.body else {
+        return None;
+    };
+    fn name(e: &Expr) -> String {
+        match e {
+            Expr::Identifier(i) => tablegate_planner::expr::fold(i),
+            Expr::CompoundIdentifier(ids) => ids
+                .last()
+                .map(tablegate_planner::expr::fold)
+                .unwrap_or_default(),
+            Expr::Function(f) => f
+                .name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .map(|i| i.value.to_lowercase())
+                .unwrap_or_else(|| "?column?".into()),
+            Expr::Nested(x) => name(x),
+            Expr::Cast {
+                expr, data_type, ..
+            } => match &**expr {
+                Expr::Value(_) => data_type.to_string().to_lowercase(),
+                other => name(other),
+            },
+            Expr::TypedString(ts) => ts.data_type.to_string().to_lowercase(),
+            Expr::Interval(_) => "interval".into(),
+            Expr::Case { .. } => "case".into(),
+            Expr::Extract { .. } => "extract".into(),
+            Expr::Substring { .. } => "substring".into(),
+            Expr::Trim { .. } => "btrim".into(),
+            Expr::Exists { .. } => "exists".into(),
+            Expr::Subquery(_) => "?column?".into(),
+            _ => "?column?".into(),
+        }
+    }
+    sel.projection
+        .iter()
+        .map(|item| match item {
+            SelectItem::UnnamedExpr(e) => Some(Some(name(e))),
+            SelectItem::ExprWithAlias { alias, .. } => {
+                Some(Some(tablegate_planner::expr::fold(alias)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The SQL type a DataFusion parameter type decodes as.
+fn sql_type(t: &DataType) -> SqlType {
+    match t {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => SqlType::Int4,
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => SqlType::Int8,
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => SqlType::Float8,
+        DataType::Boolean => SqlType::Bool,
+        DataType::Timestamp(_, Some(_)) => SqlType::Timestamptz,
+        DataType::Timestamp(_, None) => SqlType::Timestamp,
+        DataType::Binary | DataType::LargeBinary => SqlType::Bytea,
+        _ => SqlType::Text,
+    }
+}
+
+/// A parameter value as a DataFusion literal.
+fn scalar(v: Option<&Value>, t: SqlType) -> ScalarValue {
+    let Some(v) = v else {
+        return match t {
+            SqlType::Int4 => ScalarValue::Int32(None),
+            SqlType::Int8 => ScalarValue::Int64(None),
+            SqlType::Float8 => ScalarValue::Float64(None),
+            SqlType::Bool => ScalarValue::Boolean(None),
+            _ => ScalarValue::Utf8(None),
+        };
+    };
+    match v {
+        Value::String(s) => ScalarValue::Utf8(Some(s.clone())),
+        Value::Int32(i) => ScalarValue::Int32(Some(*i)),
+        Value::Int64(i) => ScalarValue::Int64(Some(*i)),
+        Value::Double(d) => ScalarValue::Float64(Some(*d)),
+        Value::Boolean(b) => ScalarValue::Boolean(Some(*b)),
+        Value::DateTime(t) => ScalarValue::TimestampMicrosecond(
+            Some(t.micros()),
+            matches!(v, Value::DateTime(_)).then(|| "+00:00".into()),
+        ),
+        Value::Guid(g) => ScalarValue::Utf8(Some(tablegate_store::entity::guid_text(g))),
+        Value::Binary(b) => ScalarValue::Binary(Some(b.clone())),
+    }
+}
