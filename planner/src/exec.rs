@@ -525,5 +525,11 @@ pub fn to_batch(
         };
         arrays.push(array);
     }
-    RecordBatch::try_new(schema.clone(), arrays).map_err(|e| PlanError::InvalidValue(e.to_string()))
+    // The row count is explicit: a scan for `count(*)` projects no column.
+    RecordBatch::try_new_with_options(
+        schema.clone(),
+        arrays,
+        &arrow_array::RecordBatchOptions::new().with_row_count(Some(rows.len())),
+    )
+    .map_err(|e| PlanError::InvalidValue(e.to_string()))
 }

@@ -3,10 +3,12 @@
 //! by client.
 
 mod abuse;
+mod analytics;
 mod auth;
 mod copy;
 mod crash;
 mod driver;
+mod pgref;
 mod psql;
 mod server;
 mod writes;

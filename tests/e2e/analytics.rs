@@ -1,0 +1,233 @@
+//! The analytics engine against PostgreSQL 15: the same generated data in
+//! both, the same analytic queries, the same results (order-insensitive
+//! where the query has no ORDER BY; floating point within a tolerance).
+
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+use super::pgref::PgRef;
+use super::server::TestServer;
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE runners (race text, runner text, name text, age int, city text, \
+     score double precision, joined timestamptz, PRIMARY KEY (race, runner))",
+    "CREATE TABLE races (race text PRIMARY KEY, title text, distance_km double precision, \
+     starts timestamptz)",
+];
+
+const QUERIES: &[&str] = &[
+    // aggregates
+    "SELECT count(*) FROM runners",
+    "SELECT count(*), min(age), max(age), sum(age) FROM runners",
+    "SELECT avg(age) FROM runners",
+    "SELECT avg(score), stddev(score) FROM runners WHERE race = 'boston'",
+    "SELECT count(city), count(DISTINCT city) FROM runners",
+    "SELECT sum(score) FROM runners WHERE age > 40",
+    "SELECT max(name), min(name) FROM runners WHERE race >= 'c'",
+    "SELECT count(*) FROM runners WHERE city IS NULL",
+    "SELECT bool_and(age > 10), bool_or(age > 70) FROM runners",
+    // GROUP BY / HAVING
+    "SELECT race, count(*) FROM runners GROUP BY race",
+    "SELECT race, avg(age), max(score) FROM runners GROUP BY race",
+    "SELECT city, count(*) FROM runners GROUP BY city HAVING count(*) > 50",
+    "SELECT race, city, count(*) FROM runners GROUP BY race, city",
+    "SELECT age / 10 AS decade, count(*) FROM runners GROUP BY age / 10",
+    "SELECT race, sum(age) FROM runners WHERE race = 'nyc' GROUP BY race",
+    "SELECT city, min(joined), max(joined) FROM runners GROUP BY city",
+    "SELECT race, count(*) FILTER (WHERE age >= 50) FROM runners GROUP BY race",
+    // ORDER BY / LIMIT on non-key columns, DISTINCT
+    "SELECT name, age FROM runners ORDER BY age DESC, race, runner LIMIT 10",
+    "SELECT race, runner, score FROM runners ORDER BY score, race, runner LIMIT 5 OFFSET 3",
+    "SELECT DISTINCT city FROM runners",
+    "SELECT DISTINCT race, city FROM runners WHERE age < 30",
+    "SELECT runner FROM runners WHERE race = 'boston' ORDER BY name, runner",
+    "SELECT count(*) FROM (SELECT DISTINCT age FROM runners) t",
+    // joins between two tablegate tables
+    "SELECT r.title, count(*) FROM runners u JOIN races r ON u.race = r.race GROUP BY r.title",
+    "SELECT u.runner, r.distance_km FROM runners u JOIN races r ON u.race = r.race WHERE u.age = 33",
+    "SELECT r.race, count(u.runner) FROM races r LEFT JOIN runners u ON u.race = r.race GROUP BY r.race",
+    "SELECT r.title, sum(r.distance_km) FROM races r JOIN runners u ON u.race = r.race WHERE u.city = 'Paris' GROUP BY r.title",
+    "SELECT a.runner, b.runner FROM runners a JOIN runners b ON a.name = b.name AND a.race < b.race WHERE a.age > 75",
+    // window functions
+    "SELECT race, runner, rank() OVER (PARTITION BY race ORDER BY age DESC, runner) FROM runners WHERE age > 70",
+    "SELECT race, runner, row_number() OVER (ORDER BY score DESC, race, runner) FROM runners WHERE score > 95",
+    "SELECT race, runner, sum(age) OVER (PARTITION BY race ORDER BY runner) FROM runners WHERE race = 'chicago'",
+    "SELECT race, avg(age) OVER (PARTITION BY race) FROM runners WHERE city = 'Oslo'",
+    "SELECT runner, lag(age) OVER (ORDER BY runner) FROM runners WHERE race = 'boston'",
+    // CTEs and subqueries
+    "WITH old AS (SELECT * FROM runners WHERE age >= 60) SELECT race, count(*) FROM old GROUP BY race",
+    "WITH per AS (SELECT race, avg(score) AS s FROM runners GROUP BY race) SELECT race FROM per WHERE s > 50",
+    "SELECT runner FROM runners WHERE age = (SELECT max(age) FROM runners)",
+    "SELECT race, runner FROM runners WHERE race IN (SELECT race FROM races WHERE distance_km > 20) AND age > 75",
+    "SELECT title FROM races r WHERE EXISTS (SELECT 1 FROM runners u WHERE u.race = r.race AND u.age < 20)",
+    "SELECT count(*) FROM runners WHERE score > (SELECT avg(score) FROM runners)",
+    "SELECT t.race, t.n FROM (SELECT race, count(*) AS n FROM runners GROUP BY race) t WHERE t.n > 1",
+    // set operations
+    "SELECT race FROM runners WHERE age > 78 UNION SELECT race FROM races WHERE distance_km < 10",
+    "SELECT city FROM runners WHERE race = 'boston' INTERSECT SELECT city FROM runners WHERE race = 'nyc'",
+    "SELECT race FROM races EXCEPT SELECT race FROM runners WHERE age > 79",
+    // string functions
+    "SELECT upper(name), length(city) FROM runners WHERE race = 'nyc' AND age > 70",
+    "SELECT substr(runner, 1, 4), count(*) FROM runners GROUP BY substr(runner, 1, 4)",
+    "SELECT name || '@' || city FROM runners WHERE age = 44",
+    "SELECT lower(city), count(*) FROM runners WHERE city LIKE 'P%' GROUP BY lower(city)",
+    "SELECT replace(name, 'a', 'A') FROM runners WHERE age = 25",
+    "SELECT trim(both ' ' from '  x  ') || name FROM runners WHERE age = 31",
+    "SELECT coalesce(city, 'none'), count(*) FROM runners GROUP BY coalesce(city, 'none')",
+    // date functions and arithmetic
+    "SELECT date_trunc('month', joined) AS m, count(*) FROM runners GROUP BY date_trunc('month', joined)",
+    "SELECT extract(year FROM joined), count(*) FROM runners GROUP BY extract(year FROM joined)",
+    "SELECT race, min(starts) FROM races GROUP BY race",
+    "SELECT count(*) FROM runners WHERE joined >= '2026-03-01' AND joined < '2026-04-01'",
+    "SELECT runner, age * 2 + 1, score / 2 FROM runners WHERE race = 'berlin' AND age < 22",
+    "SELECT CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'mid' ELSE 'old' END AS band, count(*) FROM runners GROUP BY 1",
+    "SELECT round(avg(score)::numeric, 2) FROM runners",
+    "SELECT abs(age - 50), count(*) FROM runners WHERE race = 'nyc' GROUP BY abs(age - 50)",
+];
+
+/// The data: a small PRNG, the same rows in both databases.
+fn rows() -> (Vec<String>, Vec<String>) {
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let races = [
+        ("berlin", "Berlin Marathon", 42.195),
+        ("boston", "Boston Marathon", 42.195),
+        ("chicago", "Chicago Half", 21.1),
+        ("nyc", "New York City Marathon", 42.195),
+        ("oslo", "Oslo 10K", 10.0),
+        ("paris", "Paris 5K", 5.0),
+    ];
+    let cities = ["Paris", "Oslo", "Boston", "Lyon", "Porto", "Pune"];
+    let names = [
+        "ana", "bob", "cai", "dee", "eli", "fay", "gus", "hal", "ivy", "jon",
+    ];
+    let race_rows = races
+        .iter()
+        .enumerate()
+        .map(|(i, (r, t, d))| format!("('{r}', '{t}', {d}, '2026-0{}-1{} 09:00:00+00')", i + 1, i))
+        .collect();
+    let mut runner_rows = Vec::new();
+    for (r, _, _) in &races[..5] {
+        for i in 0..300 {
+            let age = 15 + next() % 66;
+            let city = if next() % 10 == 0 {
+                "NULL".to_owned()
+            } else {
+                format!("'{}'", cities[(next() % 6) as usize])
+            };
+            let score = (next() % 10_000) as f64 / 100.0;
+            let month = 1 + next() % 6;
+            let day = 1 + next() % 28;
+            runner_rows.push(format!(
+                "('{r}', 'BIB:{i:04}', '{}', {age}, {city}, {score}, '2026-{month:02}-{day:02} {:02}:00:00+00')",
+                names[(next() % 10) as usize],
+                next() % 24
+            ));
+        }
+    }
+    (runner_rows, race_rows)
+}
+
+async fn load(c: &Client) {
+    for ddl in SCHEMA {
+        c.batch_execute(ddl).await.unwrap();
+    }
+    let (runners, races) = rows();
+    for chunk in runners.chunks(100) {
+        c.batch_execute(&format!("INSERT INTO runners VALUES {}", chunk.join(", ")))
+            .await
+            .unwrap();
+    }
+    c.batch_execute(&format!("INSERT INTO races VALUES {}", races.join(", ")))
+        .await
+        .unwrap();
+}
+
+async fn query(c: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    let msgs = c.simple_query(sql).await.map_err(|e| format!("{e:?}"))?;
+    Ok(msgs
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(normalize)).collect())
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// Text both servers print the same way once normalized.
+fn normalize(v: &str) -> String {
+    v.replace("+00:00", "+00")
+}
+
+fn same(a: &Option<String>, b: &Option<String>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) if x != y => match (x.parse::<f64>(), y.parse::<f64>()) {
+            (Ok(p), Ok(q)) => (p - q).abs() <= 1e-9 * p.abs().max(q.abs()).max(1.0),
+            _ => false,
+        },
+        _ => a == b,
+    }
+}
+
+#[tokio::test]
+async fn analytic_queries_match_postgresql() {
+    let pg = PgRef::start();
+    let (p, conn) = tokio_postgres::connect(&pg.conn_str(), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    p.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let (t, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    load(&p).await;
+    load(&t).await;
+    assert!(QUERIES.len() >= 50);
+    let mut failures = Vec::new();
+    for sql in QUERIES {
+        let want = query(&p, sql)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL: {sql}: {e}"));
+        let got = match query(&t, sql).await {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("{sql}\n  tablegate error: {e}"));
+                continue;
+            }
+        };
+        let ordered = sql.to_ascii_uppercase().contains("ORDER BY")
+            && !sql.to_ascii_uppercase().contains(" OVER (");
+        let (mut want, mut got) = (want, got);
+        if !ordered {
+            want.sort();
+            got.sort();
+        }
+        let ok = want.len() == got.len()
+            && want
+                .iter()
+                .zip(&got)
+                .all(|(a, b)| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same(x, y)));
+        if !ok {
+            failures.push(format!(
+                "{sql}\n  postgres ({} rows): {:?}\n  tablegate ({} rows): {:?}",
+                want.len(),
+                want.iter().take(5).collect::<Vec<_>>(),
+                got.len(),
+                got.iter().take(5).collect::<Vec<_>>()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} differ:\n{}",
+        failures.len(),
+        QUERIES.len(),
+        failures.join("\n")
+    );
+}
