@@ -91,6 +91,9 @@ pub enum Prepared {
     },
     /// CLOSE name / CLOSE ALL (`None`).
     Close(Option<String>),
+    /// DEALLOCATE [PREPARE] name | ALL: acknowledged (protocol-level
+    /// statements are released by the client's Close messages).
+    Deallocate(bool),
     /// COPY t [(cols)] FROM STDIN.
     CopyIn {
         /// An INSERT of the named columns.
@@ -341,6 +344,9 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
                 name: cursor_name(name),
                 count,
             }
+        }
+        Statement::Deallocate { name, .. } => {
+            Prepared::Deallocate(name.value.eq_ignore_ascii_case("all"))
         }
         Statement::Close { cursor } => Prepared::Close(match cursor {
             ast::CloseCursor::All => None,
@@ -955,6 +961,9 @@ impl ConnHandler {
                 }))
             }
             Prepared::Version => one_text_row("version", &[version_string()]),
+            Prepared::Deallocate(all) => {
+                Response::Execution(Tag::new(if *all { "DEALLOCATE ALL" } else { "DEALLOCATE" }))
+            }
             Prepared::CopyIn {
                 plan,
                 columns,
@@ -1584,6 +1593,25 @@ impl ExtendedQueryHandler for ConnHandler {
             Ok(r) => r,
             Err(e) => return Ok(error(e)),
         };
+        // A cursor is also a protocol portal of the same name, so clients
+        // that Describe it (psycopg's server-side cursors) get its columns.
+        match p {
+            Prepared::Declare { name, .. } => {
+                let stmt = Arc::new(pgwire::api::stmt::StoredStatement::new(
+                    name.clone(),
+                    Prepared::Fetch {
+                        name: name.clone(),
+                        count: None,
+                    },
+                    Vec::new(),
+                ));
+                client
+                    .portal_store()
+                    .put_portal(Arc::new(Portal::new_cursor(name.clone(), stmt)));
+            }
+            Prepared::Close(Some(name)) => client.portal_store().rm_portal(name),
+            _ => {}
+        }
         match response {
             // No row limit: write rows as they come and complete here, so
             // pgwire never collects the result.

@@ -172,3 +172,47 @@ fn psql_queries_explain_and_errors() {
 
     assert!(s.terminate(), "graceful shutdown on SIGTERM");
 }
+
+#[test]
+fn psql_describes_tables_databases_and_schemas() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "CREATE TABLE notes (pk text, rk text, body text, n bigint DEFAULT 7, PRIMARY KEY (pk, rk))",
+            "\\dt",
+            "\\d notes",
+            "\\l",
+            "\\dn",
+        ],
+    );
+    assert!(ok, "{err}");
+    // \dt lists both tables; \d shows the columns with PostgreSQL types.
+    assert!(
+        out.contains("registrations") && out.contains("notes"),
+        "{out}"
+    );
+    assert!(out.contains("Table \"public.notes\""), "{out}");
+    assert!(out.contains("bigint") && out.contains("not null"), "{out}");
+    assert!(
+        out.contains("List of databases") && out.contains("tablegate"),
+        "{out}"
+    );
+    assert!(
+        out.contains("List of schemas") && out.contains("public"),
+        "{out}"
+    );
+    // Expanded display of an engine query.
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "\\x on",
+            "SELECT count(*) AS n, min(race) FROM registrations",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("-[ RECORD 1 ]") && out.contains("n   |"),
+        "{out}"
+    );
+}
