@@ -12,4 +12,5 @@ mod driver;
 mod pgref;
 mod psql;
 mod server;
+mod write_diff;
 mod writes;
