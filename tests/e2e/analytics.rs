@@ -231,3 +231,34 @@ async fn analytic_queries_match_postgresql() {
         failures.join("\n")
     );
 }
+
+#[tokio::test]
+async fn timeout_and_cancel_stop_engine_execution() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "20"]);
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    // A three-way cross join of the demo table: hundreds of millions of rows.
+    let heavy = "SELECT count(*) FROM registrations a, registrations b, registrations c";
+    c.batch_execute("SET statement_timeout = 300")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let e = c.simple_query(heavy).await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "57014", "{e:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    c.batch_execute("SET statement_timeout = 0").await.unwrap();
+    let token = c.cancel_token();
+    let cancel = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        token.cancel_query(NoTls).await.unwrap();
+    });
+    let e = c.simple_query(heavy).await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "57014", "{e:?}");
+    cancel.await.unwrap();
+    // The session still works.
+    let rows = c
+        .simple_query("SELECT count(*) FROM registrations")
+        .await
+        .unwrap();
+    assert!(rows.len() >= 2);
+}
