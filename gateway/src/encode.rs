@@ -25,6 +25,19 @@ pub fn pg_type(t: SqlType) -> Type {
     Type::from_oid(t.pg_oid()).unwrap_or(Type::TEXT)
 }
 
+/// Column `i`'s format as the client asked. A Bind with fewer format codes
+/// than columns is a protocol error the client gets (08P01 at Execute);
+/// here it must not index out of bounds (pgwire's `format_for` would).
+pub fn format_of(format: Option<&Format>, i: usize) -> FieldFormat {
+    match format {
+        Some(Format::Individual(codes)) => codes
+            .get(i)
+            .map_or(FieldFormat::Text, |c| FieldFormat::from(*c)),
+        Some(f) => f.format_for(i),
+        None => FieldFormat::Text,
+    }
+}
+
 /// RowDescription fields for result columns; `format` picks text or binary
 /// per column as the client asked.
 pub fn fields(columns: &[OutputColumn], format: Option<&Format>) -> Vec<FieldInfo> {
@@ -32,8 +45,13 @@ pub fn fields(columns: &[OutputColumn], format: Option<&Format>) -> Vec<FieldInf
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let f = format.map_or(FieldFormat::Text, |f| f.format_for(i));
-            FieldInfo::new(c.name.clone(), None, None, pg_type(c.column.ty), f)
+            FieldInfo::new(
+                c.name.clone(),
+                None,
+                None,
+                pg_type(c.column.ty),
+                format_of(format, i),
+            )
         })
         .collect()
 }
@@ -169,8 +187,13 @@ pub fn arrow_fields(schema: &arrow_schema::Schema, format: Option<&Format>) -> V
         .iter()
         .enumerate()
         .map(|(i, f)| {
-            let fmt = format.map_or(FieldFormat::Text, |x| x.format_for(i));
-            FieldInfo::new(f.name().clone(), None, None, pg_type_of(f.data_type()), fmt)
+            FieldInfo::new(
+                f.name().clone(),
+                None,
+                None,
+                pg_type_of(f.data_type()),
+                format_of(format, i),
+            )
         })
         .collect()
 }

@@ -1569,6 +1569,28 @@ impl ExtendedQueryHandler for ConnHandler {
             Prepared::Engine { plan, .. } => &plan.param_types,
             _ => &[],
         };
+        // Format codes: none, one for all, or one each (PostgreSQL's rule).
+        let codes_ok = |f: &Format, n: usize| match f {
+            Format::Individual(v) => v.len() == n,
+            _ => true,
+        };
+        let result_columns = match p {
+            Prepared::Select(s) => Some(s.columns.len()),
+            Prepared::Write(w) => Some(w.returning.len()),
+            Prepared::Engine {
+                plan,
+                explain: None,
+            } => Some(plan.schema.fields().len()),
+            _ => None,
+        };
+        if !codes_ok(&portal.parameter_format, portal.parameter_len())
+            || result_columns.is_some_and(|n| !codes_ok(&portal.result_column_format, n))
+        {
+            return Ok(error(PgError::new(
+                "08P01",
+                "bind message has a format code count that matches neither the parameters nor the result columns",
+            )));
+        }
         if portal.parameter_len() != param_types.len() {
             return Ok(error(PgError::new(
                 "08P01",

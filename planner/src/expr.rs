@@ -146,7 +146,8 @@ pub fn fold(ident: &ast::Ident) -> String {
     }
 }
 
-fn flip(op: CmpOp) -> CmpOp {
+/// The operator seen from the other side (`a < b` is `b > a`).
+pub fn flip(op: CmpOp) -> CmpOp {
     match op {
         CmpOp::Lt => CmpOp::Gt,
         CmpOp::Le => CmpOp::Ge,

@@ -184,3 +184,61 @@ async fn huge_and_deep_statements_are_refused_or_answered() {
     let mut s = s;
     assert!(s.child.try_wait().unwrap().is_none(), "the server exited");
 }
+
+fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![tag];
+    m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+/// A Bind whose format-code counts match neither the parameters nor the
+/// result columns is answered with 08P01; the session goes on.
+#[test]
+fn bind_with_wrong_format_code_counts_is_a_protocol_error() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let sql = b"SELECT race, runner FROM registrations WHERE race = $1\0";
+    let mut parse = vec![0u8];
+    parse.extend_from_slice(sql);
+    parse.extend_from_slice(&0u16.to_be_bytes());
+    let mut bind = vec![0u8, 0u8]; // unnamed portal, unnamed statement
+    bind.extend_from_slice(&3u16.to_be_bytes()); // 3 parameter format codes...
+    bind.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    bind.extend_from_slice(&1u16.to_be_bytes()); // ...for 1 parameter
+    bind.extend_from_slice(&1u32.to_be_bytes());
+    bind.push(b'x');
+    bind.extend_from_slice(&3u16.to_be_bytes()); // 3 result codes for 2 columns
+    bind.extend_from_slice(&[0, 1, 0, 1, 0, 1]);
+    let describe = [b'P', 0];
+    let execute = [0u8, 0, 0, 0, 0];
+    let out = [
+        startup(),
+        msg(b'P', &parse),
+        msg(b'B', &bind),
+        msg(b'D', &describe),
+        msg(b'E', &execute),
+        msg(b'S', &[]),
+        msg(b'Q', b"SELECT 1 AS still_here\0"),
+    ]
+    .concat();
+    c.write_all(&out).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        if String::from_utf8_lossy(&got).contains("still_here")
+            && got.ends_with(&[b'Z', 0, 0, 0, 5, b'I'])
+        {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.contains("08P01"), "{text:?}");
+    assert!(text.contains("still_here"), "the session goes on: {text:?}");
+}

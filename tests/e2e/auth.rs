@@ -167,4 +167,33 @@ fn tls_is_required_when_configured() {
     assert!(!plain.status.success());
     let stderr = String::from_utf8_lossy(&plain.stderr);
     assert!(stderr.contains("this server requires TLS"), "{stderr}");
+
+    // tokio-postgres: over TLS it works (and a prepared, binary query
+    // comes back); without TLS it is refused with 28000.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let conn = format!(
+            "host=127.0.0.1 port={} user=tablegate dbname=tablegate sslmode=require",
+            s.port
+        );
+        let (c, connection) = tokio_postgres::connect(&conn, super::tls_driver::Rustls::new())
+            .await
+            .expect("TLS connect");
+        tokio::spawn(connection);
+        let row = c
+            .query_one("SELECT count(*) FROM registrations", &[])
+            .await
+            .unwrap();
+        assert!(row.get::<_, i64>(0) > 0);
+        let plain = conn.replace("sslmode=require", "sslmode=disable");
+        let e = match tokio_postgres::connect(&plain, NoTls).await {
+            Ok(_) => panic!("a plaintext session was served"),
+            Err(e) => e,
+        };
+        assert_eq!(
+            e.as_db_error().map(|d| d.code().code()),
+            Some("28000"),
+            "{e:?}"
+        );
+    });
 }

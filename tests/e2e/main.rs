@@ -12,5 +12,6 @@ mod driver;
 mod pgref;
 mod psql;
 mod server;
+mod tls_driver;
 mod write_diff;
 mod writes;

@@ -34,7 +34,7 @@ use datafusion::physical_plan::{
 };
 use parking_lot::Mutex;
 use tablegate_catalog::{ColumnRef, SqlType, TableDef};
-use tablegate_planner::expr::{BExpr, Count};
+use tablegate_planner::expr::{BExpr, Count, flip};
 use tablegate_planner::keys::render_spans;
 use tablegate_planner::plan::{OutputColumn, Route};
 use tablegate_planner::{Actuals, BoundSelect, Estimate, ExecOptions, Planner, SelectPlan};
@@ -141,16 +141,6 @@ fn cmp_op(op: Operator) -> Option<CmpOp> {
         Operator::GtEq => CmpOp::Ge,
         _ => return None,
     })
-}
-
-fn flip(op: CmpOp) -> CmpOp {
-    match op {
-        CmpOp::Lt => CmpOp::Gt,
-        CmpOp::Le => CmpOp::Ge,
-        CmpOp::Gt => CmpOp::Lt,
-        CmpOp::Ge => CmpOp::Le,
-        o => o,
-    }
 }
 
 impl StoreTable {
