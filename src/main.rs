@@ -36,6 +36,10 @@ struct ServeArgs {
     /// Most concurrent connections; more are refused with SQLSTATE 53300.
     #[arg(long, default_value_t = 100)]
     max_connections: usize,
+    /// Memory one session's analytics queries may hold, in MiB (sorts and
+    /// aggregates spill to disk; what cannot spill fails with 53200).
+    #[arg(long, default_value_t = 1024, env = "TABLEGATE_ENGINE_MEMORY_MB")]
+    engine_memory_mb: usize,
     /// Throttling at the seeds' scalability targets (on) or none (off).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     throttle: String,
@@ -134,6 +138,7 @@ async fn serve(planner: Planner, args: &ServeArgs) -> Result<(), String> {
         planner,
         ServerConfig {
             max_connections: args.max_connections,
+            engine_memory: args.engine_memory_mb.saturating_mul(1 << 20),
             auth,
             tls,
             ..Default::default()

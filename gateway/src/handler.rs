@@ -532,6 +532,16 @@ impl Connection {
 }
 
 impl Connection {
+    /// Bytes the session's analytics engine may hold.
+    #[must_use]
+    pub fn engine_memory(self, bytes: usize) -> Self {
+        self.handler
+            .engine
+            .memory
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
     /// Requires TLS: a client that did not negotiate it is refused (28000).
     #[must_use]
     pub fn require_tls(mut self, required: bool) -> Self {
@@ -1351,17 +1361,34 @@ pub struct StatementParser {
 }
 
 /// A session's analytics engine, created on first use (most sessions of
-/// key-value clients never need it).
-type EngineCell = Arc<tokio::sync::OnceCell<Arc<Engine>>>;
+/// key-value clients never need it), and its memory limit.
+#[derive(Debug)]
+struct EngineSlot {
+    engine: tokio::sync::OnceCell<Arc<Engine>>,
+    memory: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for EngineSlot {
+    fn default() -> Self {
+        EngineSlot {
+            engine: tokio::sync::OnceCell::new(),
+            memory: std::sync::atomic::AtomicUsize::new(crate::analytics::MEMORY_LIMIT),
+        }
+    }
+}
+
+type EngineCell = Arc<EngineSlot>;
 
 async fn engine_of(planner: &Planner, cell: &EngineCell) -> Result<Arc<Engine>, PgError> {
-    cell.get_or_try_init(|| async {
-        Engine::new(planner.clone())
-            .map(Arc::new)
-            .map_err(|e| PgError::from(&e))
-    })
-    .await
-    .cloned()
+    let memory = cell.memory.load(std::sync::atomic::Ordering::Relaxed);
+    cell.engine
+        .get_or_try_init(|| async {
+            Engine::new(planner.clone(), memory)
+                .map(Arc::new)
+                .map_err(|e| PgError::from(&e))
+        })
+        .await
+        .cloned()
 }
 
 /// Plans an engine statement with DataFusion; other statements pass.

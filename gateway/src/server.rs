@@ -30,6 +30,8 @@ pub struct ServerConfig {
     pub auth: AuthMode,
     /// TLS (then required for every connection).
     pub tls: Option<crate::tls::Tls>,
+    /// Bytes one session's analytics engine may hold.
+    pub engine_memory: usize,
 }
 
 impl Default for ServerConfig {
@@ -39,6 +41,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             auth: AuthMode::Trust,
             tls: None,
+            engine_memory: crate::analytics::MEMORY_LIMIT,
         }
     }
 }
@@ -106,7 +109,8 @@ impl Server {
                     active.fetch_add(1, Ordering::SeqCst);
                     let guard = ActiveGuard(active.clone());
                     let handlers = Connection::new(self.planner.clone(), registry.clone(), self.config.auth.clone())
-                        .require_tls(self.config.tls.is_some());
+                        .require_tls(self.config.tls.is_some())
+                        .engine_memory(self.config.engine_memory);
                     let tls = self.config.tls.clone().map(|t| t.0);
                     tokio::spawn(async move {
                         let _guard = guard;

@@ -19,7 +19,8 @@
 //! beside our 0.42, used only for its type tables.
 //!
 //! Memory is bounded per session by a DataFusion memory pool
-//! ([`MEMORY_LIMIT`]): a query over the limit fails with 53200, the server
+//! ([`MEMORY_LIMIT`] by default): sorts and aggregates spill to disk, what
+//! cannot spill (a hash join's build side) fails with 53200, and the server
 //! is never OOM-killed.
 
 pub mod info_schema;
@@ -45,7 +46,8 @@ use provider::{SharedOptions, StoreSchema};
 /// The catalog (database) name DataFusion and pg_catalog report.
 pub const DATABASE: &str = "tablegate";
 
-/// Memory one session's analytics queries may hold (sorts, hash tables).
+/// Memory one session's analytics queries may hold by default (sorts,
+/// hash tables); `tablegate serve --engine-memory-mb` changes it.
 pub const MEMORY_LIMIT: usize = 1 << 30;
 
 /// One connection's DataFusion session.
@@ -76,13 +78,13 @@ pub struct EnginePlan {
 
 impl Engine {
     /// A session over `planner`'s catalog and store.
-    pub fn new(planner: Planner) -> Result<Engine, DataFusionError> {
+    pub fn new(planner: Planner, memory_limit: usize) -> Result<Engine, DataFusionError> {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE, "public")
             .with_information_schema(false)
             .with_target_partitions(4);
         let runtime = RuntimeEnvBuilder::new()
-            .with_memory_limit(MEMORY_LIMIT, 1.0)
+            .with_memory_limit(memory_limit, 1.0)
             .build_arc()?;
         let ctx = SessionContext::new_with_config_rt(config, runtime);
         let opts: SharedOptions = Arc::new(Mutex::new(ExecOptions::default()));
