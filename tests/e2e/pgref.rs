@@ -40,6 +40,9 @@ impl PgRef {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let d = dir.to_str().unwrap().to_owned();
+        // From here on, a failed start still stops what started and
+        // removes the directory (Drop).
+        let pg = PgRef { dir, port };
         assert!(
             Command::new("chown")
                 .args(["-R", "postgres", &d])
@@ -59,7 +62,7 @@ impl PgRef {
             "--no-sync",
         ])
         .output()
-        .expect("initdb runs");
+        .expect("runuser runs initdb (util-linux)");
         assert!(
             out.status.success(),
             "initdb: {}",
@@ -80,14 +83,14 @@ impl PgRef {
             "start",
         ])
         .output()
-        .expect("pg_ctl runs");
+        .expect("runuser runs pg_ctl (util-linux)");
         assert!(
             out.status.success(),
             "pg_ctl start: {} {}",
             String::from_utf8_lossy(&out.stderr),
             std::fs::read_to_string(format!("{d}/log")).unwrap_or_default()
         );
-        PgRef { dir, port }
+        pg
     }
 
     /// tokio-postgres connection string.
