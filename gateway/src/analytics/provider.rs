@@ -313,15 +313,7 @@ impl TableProvider for StoreTable {
             .bind(&[])
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let opts = self.opts.lock().clone();
-        let store = self.planner.store().clone();
-        let estimate = {
-            let (s, b, page) = (store.clone(), bound.clone(), opts.page_size);
-            tokio::task::spawn_blocking(move || tablegate_planner::explain::estimate(&s, &b, page))
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?
-                .map_err(|e| DataFusionError::External(Box::new(e)))?
-        };
-        let parts = partitions(&store, &bound);
+        let parts = partitions(self.planner.store(), &bound);
         let schema = TableDef::arrow_schema(&cols);
         Ok(Arc::new(StoreScanExec::new(
             self.planner.clone(),
@@ -329,7 +321,6 @@ impl TableProvider for StoreTable {
             parts,
             opts,
             schema,
-            estimate,
         )))
     }
 }
@@ -372,7 +363,9 @@ pub struct StoreScanExec {
     parts: Vec<BoundSelect>,
     opts: ExecOptions,
     schema: SchemaRef,
-    estimate: Estimate,
+    /// Made only when the plan is displayed (EXPLAIN): its probes are not
+    /// work every analytics query should pay for.
+    estimate: std::sync::OnceLock<Estimate>,
     /// What each partition's scan did (for EXPLAIN ANALYZE).
     actuals: Arc<Mutex<Vec<Actuals>>>,
     props: Arc<PlanProperties>,
@@ -385,7 +378,6 @@ impl StoreScanExec {
         parts: Vec<BoundSelect>,
         opts: ExecOptions,
         schema: SchemaRef,
-        estimate: Estimate,
     ) -> Self {
         let props = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
@@ -400,9 +392,21 @@ impl StoreScanExec {
             parts,
             opts,
             schema,
-            estimate,
+            estimate: std::sync::OnceLock::new(),
             props,
         }
+    }
+
+    /// The scan's estimates, from the store's statistics and bounded probes.
+    fn estimate(&self) -> &Estimate {
+        self.estimate.get_or_init(|| {
+            tablegate_planner::explain::estimate(
+                self.planner.store(),
+                &self.bound,
+                self.opts.page_size,
+            )
+            .unwrap_or_default()
+        })
     }
 
     /// What the scan did, summed over its partitions.
@@ -440,9 +444,9 @@ impl DisplayAs for StoreScanExec {
             f,
             ", partitions={}, est_scanned={}, est_returned={}, est_requests={}",
             self.parts.len(),
-            self.estimate.scanned,
-            self.estimate.returned,
-            self.estimate.requests
+            self.estimate().scanned,
+            self.estimate().returned,
+            self.estimate().requests
         )?;
         if let Some(l) = self.bound.limit {
             write!(f, ", limit={l}")?;
