@@ -1,18 +1,29 @@
-//! The `tablegate` binary: `serve` a data directory over the PostgreSQL
-//! wire protocol, or run the `demo` (the seeds' race registrations, loaded
-//! on first use, then served).
+//! The `tablegate` binary:
+//!
+//! - `serve` — a data directory over the PostgreSQL wire protocol
+//!   ([`config`] merges the TOML file, environment and flags; [`serve`]
+//!   runs it, with the Prometheus endpoint);
+//! - `demo` — the seeds' race registrations, loaded on first use, served
+//!   ([`demo`], [`race`]);
+//! - `stress` — the seeds' partition stress test ([`stress`]);
+//! - `import` — CSV, Parquet or JSON lines into a table ([`import`]);
+//! - `user set` — SCRAM users.
 
+mod config;
 mod demo;
+mod import;
 mod race;
+mod serve;
+mod stress;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tablegate_gateway::{AuthMode, Server, ServerConfig, UserStore};
-use tablegate_planner::Planner;
-use tablegate_store::{LocalStore, PartitionConfig, PartitionedStore, StoreOptions};
+use tablegate_gateway::UserStore;
+use tablegate_store::{LocalStore, StoreOptions};
+
+use config::ServeArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -23,37 +34,6 @@ use tablegate_store::{LocalStore, PartitionConfig, PartitionedStore, StoreOption
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, clap::Args)]
-struct ServeArgs {
-    /// Data directory (created if missing).
-    #[arg(long, default_value = "tablegate-data", env = "TABLEGATE_DATA")]
-    data: PathBuf,
-    /// Address to listen on (loopback only: authentication is trust).
-    #[arg(long, default_value = "127.0.0.1:5433", env = "TABLEGATE_LISTEN")]
-    listen: SocketAddr,
-    /// Most concurrent connections; more are refused with SQLSTATE 53300.
-    #[arg(long, default_value_t = 100)]
-    max_connections: usize,
-    /// Memory one session's analytics queries may hold, in MiB (sorts and
-    /// aggregates spill to disk; what cannot spill fails with 53200).
-    #[arg(long, default_value_t = 1024, env = "TABLEGATE_ENGINE_MEMORY_MB")]
-    engine_memory_mb: usize,
-    /// Throttling at the seeds' scalability targets (on) or none (off).
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    throttle: String,
-    /// Client authentication: trust (loopback only) or scram (SCRAM-SHA-256
-    /// against users set with `tablegate user set`).
-    #[arg(long, default_value = "trust", value_parser = ["trust", "scram"], env = "TABLEGATE_AUTH")]
-    auth: String,
-    /// TLS certificate chain (PEM). With --tls-key, TLS is required for
-    /// every connection.
-    #[arg(long, requires = "tls_key", env = "TABLEGATE_TLS_CERT")]
-    tls_cert: Option<PathBuf>,
-    /// TLS private key (PEM).
-    #[arg(long, requires = "tls_cert", env = "TABLEGATE_TLS_KEY")]
-    tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -72,6 +52,11 @@ enum Command {
         #[arg(long)]
         explain_only: bool,
     },
+    /// The seeds' partition stress test: drive one PartitionKey at peak and
+    /// report what it admits against its target.
+    Stress(stress::StressArgs),
+    /// Import a CSV, Parquet or JSON-lines file into a table.
+    Import(import::ImportArgs),
     /// Manage the users of SCRAM authentication.
     User {
         #[command(subcommand)]
@@ -93,77 +78,17 @@ enum UserAction {
     },
 }
 
-async fn open(args: &ServeArgs) -> Result<Planner, String> {
-    let local = LocalStore::open(&args.data, StoreOptions::default()).map_err(|e| e.to_string())?;
-    let config = PartitionConfig {
-        targets: (args.throttle == "on").then(Default::default),
-        ..Default::default()
-    };
-    let store = PartitionedStore::new(local, config).map_err(|e| e.to_string())?;
-    Planner::open(store).await.map_err(|e| e.to_string())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
-
-async fn serve(planner: Planner, args: &ServeArgs) -> Result<(), String> {
-    let _balancer = planner.store().spawn_balancer();
-    let auth = match args.auth.as_str() {
-        "scram" => {
-            let system = std::sync::Arc::new(planner.store().local().clone());
-            AuthMode::Scram(std::sync::Arc::new(
-                UserStore::open(system).await.map_err(|e| e.to_string())?,
-            ))
-        }
-        _ => AuthMode::Trust,
-    };
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(tablegate_gateway::tls::acceptor(cert, key)?),
-        _ => None,
-    };
-    let server = Server::bind(
-        args.listen,
-        planner,
-        ServerConfig {
-            max_connections: args.max_connections,
-            engine_memory: args.engine_memory_mb.saturating_mul(1 << 20),
-            auth,
-            tls,
-            ..Default::default()
-        },
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    let addr = server.local_addr().map_err(|e| e.to_string())?;
-    println!("tablegate listening on {addr}");
-    println!(
-        "connect with: psql -h {} -p {} -U tablegate tablegate",
-        addr.ip(),
-        addr.port()
-    );
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
-    server
-        .run(shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())?;
-    println!("tablegate stopped");
-    Ok(())
-}
-
 fn main() -> ExitCode {
+    // Logs and statement spans go to stderr; TABLEGATE_LOG (or RUST_LOG)
+    // filters them, e.g. TABLEGATE_LOG=tablegate_gateway=debug shows one
+    // line per statement with its class, rows and time.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TABLEGATE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     // Bigger thread stacks than tokio's 2 MiB default: planning recurses
     // over statement trees (their depth is bounded by the planner's
     // operator limit, this is margin).
@@ -175,58 +100,71 @@ fn main() -> ExitCode {
     runtime.block_on(run())
 }
 
+async fn set_user(name: String, data: PathBuf) -> Result<(), String> {
+    let password = match std::env::var("TABLEGATE_PASSWORD") {
+        Ok(p) => p,
+        Err(_) => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .map_err(|e| e.to_string())?;
+            line.trim_end_matches(['\r', '\n']).to_owned()
+        }
+    };
+    if password.is_empty() {
+        return Err("an empty password is not allowed".to_owned());
+    }
+    let local = LocalStore::open(&data, StoreOptions::default()).map_err(|e| e.to_string())?;
+    let users = UserStore::open(std::sync::Arc::new(local))
+        .await
+        .map_err(|e| e.to_string())?;
+    users
+        .set_password(&name, &password)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("user {name} set (SCRAM-SHA-256 verifier stored, not the password)");
+    Ok(())
+}
+
 async fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = async {
         match cli.command {
             Command::Serve(args) => {
-                let planner = open(&args).await?;
-                serve(planner, &args).await
+                let settings = args.resolve()?;
+                if args.print_config {
+                    print!("{}", settings.to_toml());
+                    return Ok(());
+                }
+                let planner = serve::open(&settings).await?;
+                serve::serve(planner, &settings).await
             }
             Command::User {
                 action: UserAction::Set { name, data },
-            } => {
-                let password = match std::env::var("TABLEGATE_PASSWORD") {
-                    Ok(p) => p,
-                    Err(_) => {
-                        let mut line = String::new();
-                        std::io::stdin()
-                            .read_line(&mut line)
-                            .map_err(|e| e.to_string())?;
-                        line.trim_end_matches(['\r', '\n']).to_owned()
-                    }
-                };
-                if password.is_empty() {
-                    return Err("an empty password is not allowed".to_owned());
-                }
-                let local =
-                    LocalStore::open(&data, StoreOptions::default()).map_err(|e| e.to_string())?;
-                let users = UserStore::open(std::sync::Arc::new(local))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                users
-                    .set_password(&name, &password)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                println!("user {name} set (SCRAM-SHA-256 verifier stored, not the password)");
-                Ok(())
-            }
+            } => set_user(name, data).await,
             Command::Demo {
                 serve: args,
                 runners,
                 explain_only,
             } => {
-                let planner = demo::open(&args.data, runners).await?;
+                let settings = args.resolve()?;
+                if args.print_config {
+                    print!("{}", settings.to_toml());
+                    return Ok(());
+                }
+                let planner = demo::open(&settings.data, runners).await?;
                 if explain_only {
                     return demo::explain_examples(&planner).await;
                 }
                 // Reopen with the requested throttle setting.
                 drop(planner);
-                let planner = open(&args).await?;
+                let planner = serve::open(&settings).await?;
                 demo::describe(&planner)?;
                 println!();
-                serve(planner, &args).await
+                serve::serve(planner, &settings).await
             }
+            Command::Stress(args) => stress::run(args).await,
+            Command::Import(args) => import::run(args).await,
         }
     }
     .await;

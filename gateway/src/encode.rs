@@ -19,6 +19,7 @@ use tablegate_planner::RowStream;
 use tablegate_planner::plan::OutputColumn;
 
 use crate::sqlstate::PgError;
+use crate::telemetry::{StatementClass, StatementGuard};
 
 /// The PostgreSQL type of a column type.
 pub fn pg_type(t: SqlType) -> Type {
@@ -601,16 +602,50 @@ impl Stop {
 
 /// DataRows of a running native query, produced batch by batch as the
 /// client reads them; ends with 57014 when `stop` fires.
+/// `guard`, when given, learns the bound access class and the store's
+/// actuals, and records the statement when the stream ends or is dropped.
 pub fn row_stream(
     rows: RowStream,
     fields: Arc<Vec<FieldInfo>>,
     stop: Stop,
+    mut guard: Option<StatementGuard>,
 ) -> impl Stream<Item = PgWireResult<DataRow>> + Send {
-    let batches = futures::stream::unfold(rows, |mut rows| async move {
-        let next = rows.next().await?;
-        Some((next.map_err(|e| PgError::from(&e)), rows))
+    if let Some(g) = guard.as_mut() {
+        g.set_class(StatementClass::Access(rows.class()));
+    }
+    let batches = futures::stream::unfold((rows, guard), |(mut rows, mut guard)| async move {
+        let next = rows.next().await;
+        if let Some(g) = guard.as_mut() {
+            g.set_actuals(&rows.actuals());
+            if matches!(next, Some(Err(_))) {
+                g.fail();
+            }
+        }
+        Some((next?.map_err(|e| PgError::from(&e)), (rows, guard)))
     });
     batch_stream(Box::pin(batches), fields, stop)
+}
+
+/// Counts the rows of an analytics result into `guard`, which records the
+/// statement when the stream ends or is dropped.
+pub fn counted<S>(
+    batches: S,
+    mut guard: StatementGuard,
+) -> impl Stream<Item = Result<RecordBatch, PgError>> + Send + Unpin
+where
+    S: Stream<Item = Result<RecordBatch, PgError>> + Send + Unpin,
+{
+    let mut rows = 0u64;
+    batches.map(move |b| {
+        match &b {
+            Ok(batch) => {
+                rows += batch.num_rows() as u64;
+                guard.set_rows(rows);
+            }
+            Err(_) => guard.fail(),
+        }
+        b
+    })
 }
 
 /// DataRows of any stream of record batches (the native path's, or the

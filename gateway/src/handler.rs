@@ -30,6 +30,7 @@ use sqlparser::ast::{self, Statement};
 use tablegate_catalog::{ColumnRef, SqlType};
 use tablegate_planner::{Plan, Planner, Route, SelectPlan, Transaction, WritePlan};
 use tablegate_store::Value;
+use tracing::Instrument;
 
 use crate::analytics::{Engine, EnginePlan};
 use crate::auth::{AuthMode, ScramStartup};
@@ -38,6 +39,7 @@ use crate::copy::CopyFormat;
 use crate::encode::{self, Stop, error_info, fields, pg_type, text_field, wire_error};
 use crate::session::{Session, version_string};
 use crate::sqlstate::PgError;
+use crate::telemetry::{StatementClass, StatementGuard};
 
 /// A statement ready to run, shared by both protocols.
 #[derive(Debug, Clone)]
@@ -197,6 +199,16 @@ fn is_version_query(q: &ast::Query) -> bool {
     }
 }
 
+/// The row count a command tag carries (`INSERT 0 5` → 5).
+fn tag_rows(tag: &Tag) -> u64 {
+    pgwire::messages::response::CommandComplete::from(tag.clone())
+        .tag
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// A cursor name as PostgreSQL folds it.
 pub fn cursor_name(i: &ast::Ident) -> String {
     tablegate_planner::expr::fold(i)
@@ -282,12 +294,13 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
                     .hint("reset settings one by one"));
             }
         }),
+        // `SHOW tablegate.page_size` arrives as two identifiers.
         Statement::ShowVariable { variable } => Prepared::Show(
             variable
                 .iter()
                 .map(|i| i.value.clone())
                 .collect::<Vec<_>>()
-                .join(" "),
+                .join("."),
         ),
         Statement::Declare { stmts } => match stmts.as_slice() {
             [d] if d.names.len() == 1 && d.for_query.is_some() => {
@@ -542,6 +555,18 @@ impl Connection {
         self
     }
 
+    /// Starts the session with the server's configured settings (already
+    /// validated by `Server::bind`; invalid ones are ignored here).
+    #[must_use]
+    pub fn session_defaults(self, defaults: &[(String, String)]) -> Self {
+        if !defaults.is_empty()
+            && let Ok(s) = Session::with_defaults(defaults)
+        {
+            *self.handler.session.lock() = s;
+        }
+        self
+    }
+
     /// Requires TLS: a client that did not negotiate it is refused (28000).
     #[must_use]
     pub fn require_tls(mut self, required: bool) -> Self {
@@ -680,12 +705,56 @@ where
 
 impl ConnHandler {
     /// Runs a prepared statement.
+    /// Runs one planned statement, timed and counted by a
+    /// [`StatementGuard`] inside a `statement` tracing span. A streaming
+    /// result carries the guard, so the statement is recorded when its
+    /// last row has gone (or the portal is dropped).
     async fn run<C>(
         &self,
         client: &mut C,
         p: &Prepared,
         params: &[Option<Value>],
         format: Option<&Format>,
+    ) -> Result<Response, PgError>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let class = match p {
+            Prepared::Write(_) | Prepared::Commit | Prepared::CopyIn { .. } => {
+                StatementClass::Write
+            }
+            Prepared::Engine { explain: None, .. } => StatementClass::Analytics,
+            _ => StatementClass::Other,
+        };
+        let mut guard = Some(StatementGuard::start(class));
+        let span = guard
+            .as_ref()
+            .map_or_else(tracing::Span::none, |g| g.span().clone());
+        let result = self
+            .run_statement(client, p, params, format, &mut guard)
+            .instrument(span)
+            .await;
+        if let Some(g) = guard.as_mut() {
+            match &result {
+                Err(_) | Ok(Response::Error(_)) => g.fail(),
+                Ok(Response::Execution(tag)) if class == StatementClass::Write => {
+                    g.set_rows(tag_rows(tag));
+                }
+                _ => {}
+            }
+        }
+        result
+    }
+
+    async fn run_statement<C>(
+        &self,
+        client: &mut C,
+        p: &Prepared,
+        params: &[Option<Value>],
+        format: Option<&Format>,
+        guard: &mut Option<StatementGuard>,
     ) -> Result<Response, PgError>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
@@ -735,7 +804,7 @@ impl ConnHandler {
                 let f = Arc::new(fields(&select.columns, format));
                 Response::Query(QueryResponse::new(
                     f.clone(),
-                    encode::row_stream(rows, f, stop),
+                    encode::row_stream(rows, f, stop, guard.take()),
                 ))
             }
             Prepared::Explain {
@@ -800,7 +869,12 @@ impl ConnHandler {
                 Response::Query(QueryResponse::new(f, futures::stream::iter(rows)))
             }
             Prepared::Show(name) => {
-                let v = self.session.lock().get(name)?;
+                // `SHOW TIME ZONE` and the like are words, not a dotted name.
+                let v = {
+                    let s = self.session.lock();
+                    s.get(name)
+                        .or_else(|e| s.get(&name.replace('.', " ")).map_err(|_| e))?
+                };
                 one_text_row(name, &[v])
             }
             Prepared::Write(w) => {
@@ -911,7 +985,7 @@ impl ConnHandler {
                     ..stop
                 };
                 let stream: pgwire::api::results::SendableRowStream =
-                    Box::pin(encode::row_stream(rows, f.clone(), stop));
+                    Box::pin(encode::row_stream(rows, f.clone(), stop, None));
                 self.cursors.lock().insert(
                     name.clone(),
                     Cursor {
@@ -1021,6 +1095,11 @@ impl ConnHandler {
                         };
                         let f = Arc::new(encode::arrow_fields(&plan.schema, format));
                         let batches = stream.map(|b| b.map_err(|e| PgError::from(&e)));
+                        let batches: std::pin::Pin<Box<dyn futures::Stream<Item = _> + Send>> =
+                            match guard.take() {
+                                Some(g) => Box::pin(encode::counted(batches, g)),
+                                None => Box::pin(batches),
+                            };
                         Response::Query(QueryResponse::new(
                             f.clone(),
                             encode::batch_stream(batches, f, stop),

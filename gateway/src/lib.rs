@@ -10,11 +10,13 @@
 //!   only).
 //! - [`tls`] — TLS from certificate and key files; when configured it is
 //!   required (no plaintext fallback).
+//! - [`copy`] — COPY FROM STDIN / TO STDOUT in text and CSV.
+//! - [`analytics`] — DataFusion for what the native path does not run,
+//!   `pg_catalog`, `information_schema` and the `tablegate` system views.
+//! - [`telemetry`] — statement counters per query class, `tracing` spans,
+//!   `metrics` for the Prometheus endpoint.
 //! - [`encode`] — Arrow record batches to DataRows (text and binary).
 //! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
-//!
-//! Deliberately limited for now (see the README): no COPY, no pg_catalog, reads and DDL only (writes are the next milestone),
-//! BEGIN/COMMIT accepted but carrying no writes.
 
 pub mod analytics;
 pub mod auth;
@@ -25,6 +27,7 @@ pub mod handler;
 pub mod server;
 pub mod session;
 pub mod sqlstate;
+pub mod telemetry;
 pub mod tls;
 
 pub use auth::{AuthMode, UserStore};

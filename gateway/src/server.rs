@@ -32,6 +32,9 @@ pub struct ServerConfig {
     pub tls: Option<crate::tls::Tls>,
     /// Bytes one session's analytics engine may hold.
     pub engine_memory: usize,
+    /// Session settings every connection starts with (and RESET returns
+    /// to), e.g. `tablegate.page_size`; checked by [`Server::bind`].
+    pub session_defaults: Vec<(String, String)>,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +45,7 @@ impl Default for ServerConfig {
             auth: AuthMode::Trust,
             tls: None,
             engine_memory: crate::analytics::MEMORY_LIMIT,
+            session_defaults: Vec::new(),
         }
     }
 }
@@ -55,14 +59,21 @@ pub struct Server {
 }
 
 impl Server {
-    /// Binds `addr`. Authentication is trust, so only loopback addresses
-    /// are accepted until password authentication exists.
+    /// Binds `addr`. Trust authentication is allowed on loopback
+    /// addresses only; invalid session defaults are refused here, before
+    /// any client connects.
     pub async fn bind(
         addr: SocketAddr,
         planner: Planner,
         config: ServerConfig,
     ) -> std::io::Result<Server> {
-        if !addr.ip().is_loopback() {
+        if let Err(e) = crate::session::Session::with_defaults(&config.session_defaults) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid setting: {}", e.message),
+            ));
+        }
+        if matches!(config.auth, AuthMode::Trust) && !addr.ip().is_loopback() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
                 format!(
@@ -109,6 +120,7 @@ impl Server {
                     active.fetch_add(1, Ordering::SeqCst);
                     let guard = ActiveGuard(active.clone());
                     let handlers = Connection::new(self.planner.clone(), registry.clone(), self.config.auth.clone())
+                        .session_defaults(&self.config.session_defaults)
                         .require_tls(self.config.tls.is_some())
                         .engine_memory(self.config.engine_memory);
                     let tls = self.config.tls.clone().map(|t| t.0);

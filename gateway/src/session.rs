@@ -49,15 +49,20 @@ const READ_ONLY: &[&str] = &["server_version", "server_encoding", "integer_datet
 #[derive(Debug, Clone)]
 pub struct Session {
     settings: BTreeMap<String, String>,
+    /// What RESET returns to: the built-in defaults with the server's
+    /// configured ones over them.
+    defaults: BTreeMap<String, String>,
 }
 
 impl Default for Session {
     fn default() -> Self {
+        let settings: BTreeMap<_, _> = DEFAULTS
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         Session {
-            settings: DEFAULTS
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            defaults: settings.clone(),
+            settings,
         }
     }
 }
@@ -86,6 +91,18 @@ fn parse_millis(v: &str) -> Option<u64> {
 }
 
 impl Session {
+    /// A session whose defaults are the server's configured settings
+    /// (`tablegate serve` config: page size, retry policy, ...), each
+    /// validated as a SET would be.
+    pub fn with_defaults(defaults: &[(String, String)]) -> Result<Session, PgError> {
+        let mut s = Session::default();
+        for (k, v) in defaults {
+            s.set(k, v)?;
+        }
+        s.defaults = s.settings.clone();
+        Ok(s)
+    }
+
     /// The value of a setting (names are case-insensitive).
     pub fn get(&self, name: &str) -> Result<String, PgError> {
         let key = name.to_ascii_lowercase();
@@ -163,9 +180,9 @@ impl Session {
     /// RESET name (back to the default).
     pub fn reset(&mut self, name: &str) -> Result<(), PgError> {
         let key = name.to_ascii_lowercase();
-        match DEFAULTS.iter().find(|(k, _)| *k == key) {
-            Some((_, v)) => {
-                self.settings.insert(key, (*v).to_owned());
+        match self.defaults.get(&key) {
+            Some(v) => {
+                self.settings.insert(key, v.clone());
                 Ok(())
             }
             None => Err(PgError::new(

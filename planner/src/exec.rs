@@ -62,6 +62,7 @@ pub struct RowStream {
     schema: SchemaRef,
     rx: mpsc::Receiver<Result<RecordBatch>>,
     actuals: Arc<Mutex<Actuals>>,
+    class: AccessClass,
 }
 
 impl RowStream {
@@ -73,6 +74,11 @@ impl RowStream {
     /// The next batch; `None` at the end.
     pub async fn next(&mut self) -> Option<Result<RecordBatch>> {
         self.rx.recv().await
+    }
+
+    /// The access class of the bound query (known once parameters are).
+    pub fn class(&self) -> AccessClass {
+        self.class
     }
 
     /// What the query did so far.
@@ -149,6 +155,7 @@ pub fn execute(store: &PartitionedStore, b: &BoundSelect, opts: &ExecOptions) ->
         schema,
         rx,
         actuals,
+        class: b.access.class,
     })
 }
 

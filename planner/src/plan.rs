@@ -160,6 +160,17 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Select
                         hint: "name a table".into(),
                     });
                 };
+                // Store tables live in schema `public`; any other schema
+                // (`tablegate` system views, `pg_catalog`,
+                // `information_schema`) is the analytics engine's.
+                if let [.., schema, _] = name.0.as_slice()
+                    && let Some(schema) = schema.as_ident()
+                    && fold(schema) != "public"
+                {
+                    return Err(PlanError::NeedsAnalytics {
+                        reason: format!("a table in schema {}", fold(schema)),
+                    });
+                }
                 let folded = fold(&ident);
                 let def = catalog
                     .table(&folded)

@@ -10,6 +10,7 @@ mod copy;
 mod crash;
 mod driver;
 mod pgref;
+mod product;
 mod psql;
 mod server;
 mod tls_driver;

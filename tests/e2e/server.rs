@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 pub struct TestServer {
     pub child: Child,
     pub port: u16,
+    /// Everything the server printed on stdout so far.
+    pub stdout: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -53,12 +55,15 @@ impl TestServer {
             .expect("start tablegate");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if let Some(addr) = line.strip_prefix("tablegate listening on ") {
                     let _ = tx.send(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
                 }
+                seen.lock().unwrap().push(line);
             }
         });
         let port = rx
@@ -67,6 +72,7 @@ impl TestServer {
         TestServer {
             child,
             port,
+            stdout: lines,
             _dir: None,
         }
     }

@@ -25,6 +25,7 @@
 
 pub mod info_schema;
 pub mod provider;
+pub mod system;
 
 use std::sync::Arc;
 
@@ -98,8 +99,11 @@ impl Engine {
             .ok_or_else(|| DataFusionError::Internal("no default catalog".into()))?
             .register_schema(
                 "information_schema",
-                Arc::new(info_schema::InfoSchema::new(planner, DATABASE)),
+                Arc::new(info_schema::InfoSchema::new(planner.clone(), DATABASE)),
             )?;
+        ctx.catalog(DATABASE)
+            .ok_or_else(|| DataFusionError::Internal("no default catalog".into()))?
+            .register_schema(system::SCHEMA, Arc::new(system::SystemSchema::new(planner)))?;
         datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
             .map_err(|e| *e)?;
         Ok(Engine {

@@ -1,0 +1,428 @@
+//! The system views in schema `tablegate`: what the partition layer and
+//! the gateway are doing, as SQL.
+//!
+//! | view | one row per |
+//! | --- | --- |
+//! | `tables` | store table: key columns, entities, PartitionKeys, range partitions |
+//! | `range_partitions` | range partition: bounds, serving server, entities, load |
+//! | `servers` | partition server: ranges, load against capacity |
+//! | `hot_partitions` | PartitionKey running at ≥ 50% of its target (warm) or ≥ 90% (hot) |
+//! | `insert_patterns` | table whose inserts follow the append-only / prepend-only anti-pattern |
+//! | `query_counters` | query class: statements, errors, time, entities scanned and returned |
+//! | `throttle_counters` | throttling scope (partition, server, account): requests refused |
+//! | `balance_events` | split or move the balancer made |
+//!
+//! Each view is computed when a query scans it, so it is always current.
+//! They are views (`TableType::View`), so psql lists them with
+//! `\dv tablegate.*`. Load figures are over the store's load window
+//! (10 s by default).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{SchemaProvider, Session, TableProvider};
+use datafusion::common::Result;
+use datafusion::datasource::MemTable;
+use datafusion::logical_expr::{Expr, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use tablegate_planner::Planner;
+use tablegate_store::partition::{BalanceAction, HotLevel, InsertPatternKind};
+
+use crate::telemetry::telemetry;
+
+/// The schema's name.
+pub const SCHEMA: &str = "tablegate";
+
+/// The views, in the order `\dv` lists them (alphabetical).
+pub const VIEWS: [&str; 8] = [
+    "balance_events",
+    "hot_partitions",
+    "insert_patterns",
+    "query_counters",
+    "range_partitions",
+    "servers",
+    "tables",
+    "throttle_counters",
+];
+
+/// Most hot partitions listed.
+const HOT_LIMIT: usize = 100;
+
+/// The `tablegate` schema.
+#[derive(Debug)]
+pub struct SystemSchema {
+    planner: Planner,
+}
+
+impl SystemSchema {
+    /// Over `planner`'s catalog and store.
+    pub fn new(planner: Planner) -> Self {
+        SystemSchema { planner }
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for SystemSchema {
+    fn table_names(&self) -> Vec<String> {
+        VIEWS.iter().map(|s| s.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        Ok(VIEWS.iter().find(|v| **v == name).map(|v| {
+            Arc::new(SystemView {
+                name: v,
+                schema: view_schema(v),
+                planner: self.planner.clone(),
+            }) as Arc<dyn TableProvider>
+        }))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        VIEWS.contains(&name)
+    }
+}
+
+/// One view: its schema is fixed, its rows are computed per scan.
+#[derive(Debug)]
+struct SystemView {
+    name: &'static str,
+    schema: SchemaRef,
+    planner: Planner,
+}
+
+fn text(name: &str) -> Field {
+    Field::new(name, DataType::Utf8, true)
+}
+fn int(name: &str) -> Field {
+    Field::new(name, DataType::Int64, true)
+}
+fn float(name: &str) -> Field {
+    Field::new(name, DataType::Float64, true)
+}
+fn boolean(name: &str) -> Field {
+    Field::new(name, DataType::Boolean, true)
+}
+
+fn view_schema(name: &str) -> SchemaRef {
+    let fields = match name {
+        "tables" => vec![
+            text("table_name"),
+            text("partition_key"),
+            text("row_key"),
+            int("columns"),
+            int("entities"),
+            int("partition_keys"),
+            int("range_partitions"),
+        ],
+        "range_partitions" => vec![
+            text("table_name"),
+            text("lower_bound"),
+            text("upper_bound"),
+            int("server"),
+            int("entities"),
+            int("partition_keys"),
+            float("load_per_sec"),
+            boolean("offline"),
+        ],
+        "servers" => vec![
+            int("server"),
+            int("range_partitions"),
+            float("load_per_sec"),
+            int("capacity_per_sec"),
+            float("utilization"),
+        ],
+        "hot_partitions" => vec![
+            text("table_name"),
+            text("partition_key"),
+            float("load_per_sec"),
+            int("target_per_sec"),
+            text("level"),
+        ],
+        "insert_patterns" => vec![
+            text("table_name"),
+            text("pattern"),
+            float("share"),
+            int("inserts"),
+            text("advice"),
+        ],
+        "query_counters" => vec![
+            text("class"),
+            int("statements"),
+            int("errors"),
+            float("total_ms"),
+            float("avg_ms"),
+            int("entities_scanned"),
+            int("rows_returned"),
+            int("throttled_retries"),
+            float("backoff_ms"),
+        ],
+        "throttle_counters" => vec![text("scope"), int("target_per_sec"), int("throttled")],
+        _ => vec![
+            Field::new(
+                "at",
+                DataType::Timestamp(
+                    datafusion::arrow::datatypes::TimeUnit::Microsecond,
+                    Some("+00:00".into()),
+                ),
+                true,
+            ),
+            text("table_name"),
+            text("action"),
+            text("detail"),
+        ],
+    };
+    Arc::new(Schema::new(fields))
+}
+
+/// Column builders for a view's rows, in schema order.
+#[derive(Default)]
+struct Rows {
+    columns: Vec<Column>,
+}
+
+enum Column {
+    Text(Vec<Option<String>>),
+    Int(Vec<Option<i64>>),
+    Float(Vec<Option<f64>>),
+    Bool(Vec<Option<bool>>),
+    Micros(Vec<Option<i64>>),
+}
+
+/// One cell of a row.
+enum Cell {
+    T(Option<String>),
+    I(Option<i64>),
+    F(Option<f64>),
+    B(bool),
+    Us(i64),
+}
+
+fn t(s: impl Into<String>) -> Cell {
+    Cell::T(Some(s.into()))
+}
+fn i(n: impl TryInto<i64>) -> Cell {
+    Cell::I(n.try_into().ok())
+}
+fn f(x: f64) -> Cell {
+    Cell::F(Some(x))
+}
+
+impl Rows {
+    fn push(&mut self, row: Vec<Cell>) {
+        if self.columns.is_empty() {
+            self.columns = row
+                .iter()
+                .map(|c| match c {
+                    Cell::T(_) => Column::Text(Vec::new()),
+                    Cell::I(_) => Column::Int(Vec::new()),
+                    Cell::F(_) => Column::Float(Vec::new()),
+                    Cell::B(_) => Column::Bool(Vec::new()),
+                    Cell::Us(_) => Column::Micros(Vec::new()),
+                })
+                .collect();
+        }
+        for (col, cell) in self.columns.iter_mut().zip(row) {
+            match (col, cell) {
+                (Column::Text(v), Cell::T(x)) => v.push(x),
+                (Column::Int(v), Cell::I(x)) => v.push(x),
+                (Column::Float(v), Cell::F(x)) => v.push(x),
+                (Column::Bool(v), Cell::B(x)) => v.push(Some(x)),
+                (Column::Micros(v), Cell::Us(x)) => v.push(Some(x)),
+                // Rows are written below with the schema's cell kinds.
+                _ => unreachable!("cell kind differs from its column"),
+            }
+        }
+    }
+
+    fn batch(self, schema: SchemaRef) -> Result<RecordBatch> {
+        if self.columns.is_empty() {
+            return Ok(RecordBatch::new_empty(schema));
+        }
+        let arrays: Vec<ArrayRef> = self
+            .columns
+            .into_iter()
+            .zip(schema.fields())
+            .map(|(c, field)| -> ArrayRef {
+                match c {
+                    Column::Text(v) => Arc::new(StringArray::from(v)),
+                    Column::Int(v) => Arc::new(Int64Array::from(v)),
+                    Column::Float(v) => Arc::new(Float64Array::from(v)),
+                    Column::Bool(v) => Arc::new(BooleanArray::from(v)),
+                    Column::Micros(v) => Arc::new(
+                        datafusion::arrow::array::TimestampMicrosecondArray::from(v)
+                            .with_data_type(field.data_type().clone()),
+                    ),
+                }
+            })
+            .collect();
+        Ok(RecordBatch::try_new(schema, arrays)?)
+    }
+}
+
+impl SystemView {
+    fn rows(&self) -> Result<RecordBatch> {
+        let store = self.planner.store();
+        let mut rows = Rows::default();
+        let err = |e: tablegate_store::StoreError| {
+            datafusion::common::DataFusionError::External(Box::new(e))
+        };
+        match self.name {
+            "tables" => {
+                for def in self.planner.catalog().tables() {
+                    let stats = store.table_stats_blocking(&def.name).map_err(err)?;
+                    let ranges = store.ranges(&def.name).map_err(err)?.len();
+                    rows.push(vec![
+                        t(&def.name),
+                        t(&def.partition_key),
+                        Cell::T(def.row_key.clone()),
+                        i(def.star().len()),
+                        i(stats.entities),
+                        i(stats.partitions),
+                        i(ranges),
+                    ]);
+                }
+            }
+            "range_partitions" => {
+                for def in self.planner.catalog().tables() {
+                    for r in store.ranges(&def.name).map_err(err)? {
+                        rows.push(vec![
+                            t(&def.name),
+                            t(r.lo),
+                            Cell::T(r.hi),
+                            i(r.server),
+                            i(r.entities),
+                            i(r.partitions),
+                            f(r.load_per_sec),
+                            Cell::B(r.offline),
+                        ]);
+                    }
+                }
+            }
+            "servers" => {
+                for s in store.servers() {
+                    let cap = s.capacity_per_sec;
+                    rows.push(vec![
+                        i(s.server),
+                        i(s.ranges),
+                        f(s.load_per_sec),
+                        Cell::I(cap.and_then(|c| i64::try_from(c).ok())),
+                        Cell::F(cap.map(|c| s.load_per_sec / c.max(1) as f64)),
+                    ]);
+                }
+            }
+            "hot_partitions" => {
+                for h in store.hot_partitions(HOT_LIMIT) {
+                    rows.push(vec![
+                        t(h.table),
+                        t(h.partition_key),
+                        f(h.load_per_sec),
+                        i(h.target_per_sec),
+                        t(match h.level {
+                            HotLevel::Warm => "warm",
+                            HotLevel::Hot => "hot",
+                        }),
+                    ]);
+                }
+            }
+            "insert_patterns" => {
+                for p in store.insert_patterns() {
+                    let (name, advice) = match p.kind {
+                        InsertPatternKind::AppendOnly => (
+                            "append-only",
+                            "new PartitionKeys always sort last: every insert lands on the last range partition; prefix keys with a hash or spread them",
+                        ),
+                        InsertPatternKind::PrependOnly => (
+                            "prepend-only",
+                            "new PartitionKeys always sort first: every insert lands on the first range partition; prefix keys with a hash or spread them",
+                        ),
+                    };
+                    rows.push(vec![
+                        t(p.table),
+                        t(name),
+                        f(p.share),
+                        i(p.inserts),
+                        t(advice),
+                    ]);
+                }
+            }
+            "query_counters" => {
+                for (class, s) in telemetry().snapshot() {
+                    let total_ms = s.total.as_secs_f64() * 1e3;
+                    rows.push(vec![
+                        t(class.name()),
+                        i(s.statements),
+                        i(s.errors),
+                        f(total_ms),
+                        Cell::F((s.statements > 0).then(|| total_ms / s.statements as f64)),
+                        i(s.scanned),
+                        i(s.returned),
+                        i(s.retries),
+                        f(s.backoff.as_secs_f64() * 1e3),
+                    ]);
+                }
+            }
+            "throttle_counters" => {
+                let c = store.throttle_counts();
+                let targets = store.config().targets.clone();
+                let target = |pick: fn(&tablegate_store::Targets) -> u64| {
+                    Cell::I(targets.as_ref().and_then(|t| i64::try_from(pick(t)).ok()))
+                };
+                rows.push(vec![
+                    t("partition"),
+                    target(|t| t.per_partition),
+                    i(c.partition),
+                ]);
+                rows.push(vec![t("server"), target(|t| t.per_server), i(c.server)]);
+                rows.push(vec![t("account"), target(|t| t.per_account), i(c.account)]);
+            }
+            _ => {
+                for e in store.balance_events() {
+                    let (action, detail) = match e.action {
+                        BalanceAction::Split { at } => {
+                            ("split", format!("new range starts at '{at}'"))
+                        }
+                        BalanceAction::Move { lo, from, to } => (
+                            "move",
+                            format!("range from '{lo}' moved from server {from} to server {to}"),
+                        ),
+                    };
+                    rows.push(vec![
+                        Cell::Us(e.at_micros),
+                        t(e.table),
+                        t(action),
+                        t(detail),
+                    ]);
+                }
+            }
+        }
+        rows.batch(self.schema.clone())
+    }
+}
+
+#[async_trait]
+impl TableProvider for SystemView {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batch = self.rows()?;
+        MemTable::try_new(self.schema.clone(), vec![vec![batch]])?
+            .scan(state, projection, filters, limit)
+            .await
+    }
+}

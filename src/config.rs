@@ -1,0 +1,402 @@
+//! `tablegate serve` settings: a TOML file, environment variables and
+//! flags, in increasing order of precedence (a flag beats its environment
+//! variable, which beats the file, which beats the default).
+//!
+//! Every setting has all three forms; `tablegate serve --print-config`
+//! prints the merged result as TOML, which is also a valid config file.
+//! The README's configuration reference lists them.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Everything `serve` (and `demo`) needs, after merging.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Data directory (created if missing).
+    pub data: PathBuf,
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Most concurrent connections; more are refused with SQLSTATE 53300.
+    pub max_connections: usize,
+    /// Memory one session's analytics queries may hold, in MiB.
+    pub engine_memory_mb: usize,
+    /// Prometheus endpoint (`http://ADDR/metrics`); none when unset.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Throttling at the scalability targets.
+    pub throttle: Throttle,
+    /// The partition layer.
+    pub partitions: Partitions,
+    /// Defaults of every session (each can still SET its own).
+    pub session: SessionDefaults,
+    /// Client authentication.
+    pub auth: Auth,
+    /// TLS; required for every connection when set.
+    pub tls: Option<Tls>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            data: PathBuf::from("tablegate-data"),
+            listen: "127.0.0.1:5433".parse().expect("address"),
+            max_connections: 100,
+            engine_memory_mb: 1024,
+            metrics_listen: None,
+            throttle: Throttle::default(),
+            partitions: Partitions::default(),
+            session: SessionDefaults::default(),
+            auth: Auth::default(),
+            tls: None,
+        }
+    }
+}
+
+/// `[throttle]`: the seeds' scalability targets, in entities per second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Throttle {
+    /// `false` is `--throttle off`: no limits at all.
+    pub enabled: bool,
+    /// Per PartitionKey (seeds: 2,000/s).
+    pub per_partition: u64,
+    /// Per partition server.
+    pub per_server: u64,
+    /// Per account, the whole store (seeds: 20,000/s).
+    pub per_account: u64,
+    /// Burst allowance, as a fraction of one second of each target.
+    pub burst: f64,
+}
+
+impl Default for Throttle {
+    fn default() -> Self {
+        let t = tablegate_store::Targets::default();
+        Throttle {
+            enabled: true,
+            per_partition: t.per_partition,
+            per_server: t.per_server,
+            per_account: t.per_account,
+            burst: t.burst,
+        }
+    }
+}
+
+/// `[partitions]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Partitions {
+    /// Partition servers range partitions are spread over.
+    pub servers: usize,
+}
+
+impl Default for Partitions {
+    fn default() -> Self {
+        Partitions { servers: 4 }
+    }
+}
+
+/// `[session]`: what every session starts with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionDefaults {
+    /// Entities per store page, 1..=1000 (`tablegate.page_size`).
+    pub page_size: usize,
+    /// `none`, `fixed` or `exponential` (`tablegate.retry_policy`).
+    pub retry_policy: String,
+    /// Retries of a throttled request, 0..=20 (`tablegate.retry_max`).
+    pub retry_max: u32,
+    /// The full-scan guardrail (`tablegate.allow_full_scan`).
+    pub allow_full_scan: bool,
+    /// `statement_timeout`: `0` (none), `500ms`, `5s`, `1min`.
+    pub statement_timeout: String,
+}
+
+impl Default for SessionDefaults {
+    fn default() -> Self {
+        SessionDefaults {
+            page_size: 1000,
+            retry_policy: "exponential".into(),
+            retry_max: 5,
+            allow_full_scan: true,
+            statement_timeout: "0".into(),
+        }
+    }
+}
+
+impl SessionDefaults {
+    /// As session settings (validated when the server binds).
+    pub fn settings(&self) -> Vec<(String, String)> {
+        vec![
+            ("tablegate.page_size".into(), self.page_size.to_string()),
+            ("tablegate.retry_policy".into(), self.retry_policy.clone()),
+            ("tablegate.retry_max".into(), self.retry_max.to_string()),
+            (
+                "tablegate.allow_full_scan".into(),
+                if self.allow_full_scan { "on" } else { "off" }.into(),
+            ),
+            ("statement_timeout".into(), self.statement_timeout.clone()),
+        ]
+    }
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Auth {
+    /// `trust` (loopback only) or `scram`.
+    pub mode: String,
+    /// Users whose SCRAM verifiers are stored at start-up (the password
+    /// itself is not kept). `tablegate user set` does the same without a
+    /// password in a file.
+    pub users: Vec<User>,
+}
+
+impl Default for Auth {
+    fn default() -> Self {
+        Auth {
+            mode: "trust".into(),
+            users: Vec::new(),
+        }
+    }
+}
+
+/// One `[[auth.users]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    /// User name.
+    pub name: String,
+    /// Its password.
+    pub password: String,
+}
+
+/// `[tls]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+}
+
+/// Flags (and their environment variables) of `serve` and `demo`; each
+/// overrides the config file when given.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// TOML config file (see `--print-config` for every setting).
+    #[arg(long, env = "TABLEGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the merged settings as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Data directory (created if missing) [default: tablegate-data].
+    #[arg(long, env = "TABLEGATE_DATA")]
+    pub data: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:5433]. Trust
+    /// authentication is refused on other than loopback addresses.
+    #[arg(long, env = "TABLEGATE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Most concurrent connections; more are refused with 53300 [default: 100].
+    #[arg(long, env = "TABLEGATE_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Memory one session's analytics queries may hold, in MiB; sorts and
+    /// aggregates spill, what cannot spill fails with 53200 [default: 1024].
+    #[arg(long, env = "TABLEGATE_ENGINE_MEMORY_MB")]
+    pub engine_memory_mb: Option<usize>,
+    /// Serve Prometheus metrics on http://ADDR/metrics.
+    #[arg(long, env = "TABLEGATE_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Throttling at the scalability targets: on or off [default: on].
+    #[arg(long, env = "TABLEGATE_THROTTLE", value_parser = ["on", "off"])]
+    pub throttle: Option<String>,
+    /// Per-PartitionKey target, entities/s [default: 2000].
+    #[arg(long, env = "TABLEGATE_PARTITION_TARGET")]
+    pub partition_target: Option<u64>,
+    /// Per-partition-server target, entities/s [default: 10000].
+    #[arg(long, env = "TABLEGATE_SERVER_TARGET")]
+    pub server_target: Option<u64>,
+    /// Account (whole store) target, entities/s [default: 20000].
+    #[arg(long, env = "TABLEGATE_ACCOUNT_TARGET")]
+    pub account_target: Option<u64>,
+    /// Partition servers [default: 4].
+    #[arg(long, env = "TABLEGATE_SERVERS")]
+    pub servers: Option<usize>,
+    /// Default entities per store page, 1..=1000 [default: 1000].
+    #[arg(long, env = "TABLEGATE_PAGE_SIZE")]
+    pub page_size: Option<usize>,
+    /// Default retry policy for throttled requests: none, fixed or
+    /// exponential [default: exponential].
+    #[arg(long, env = "TABLEGATE_RETRY_POLICY")]
+    pub retry_policy: Option<String>,
+    /// Default retries of a throttled request, 0..=20 [default: 5].
+    #[arg(long, env = "TABLEGATE_RETRY_MAX")]
+    pub retry_max: Option<u32>,
+    /// Client authentication: trust (loopback only) or scram
+    /// (SCRAM-SHA-256 against users set with `tablegate user set` or the
+    /// config file) [default: trust].
+    #[arg(long, env = "TABLEGATE_AUTH", value_parser = ["trust", "scram"])]
+    pub auth: Option<String>,
+    /// TLS certificate chain (PEM). With --tls-key, TLS is required for
+    /// every connection.
+    #[arg(long, requires = "tls_key", env = "TABLEGATE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert", env = "TABLEGATE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// Reads a config file.
+pub fn load_file(path: &Path) -> Result<Settings, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+}
+
+impl ServeArgs {
+    /// The config file (if any) with the flags and environment over it.
+    pub fn resolve(&self) -> Result<Settings, String> {
+        let mut s = match &self.config {
+            Some(path) => load_file(path)?,
+            None => Settings::default(),
+        };
+        macro_rules! over {
+            ($flag:expr => $field:expr) => {
+                if let Some(v) = &$flag {
+                    $field = v.clone();
+                }
+            };
+        }
+        over!(self.data => s.data);
+        over!(self.listen => s.listen);
+        over!(self.max_connections => s.max_connections);
+        over!(self.engine_memory_mb => s.engine_memory_mb);
+        if self.metrics_listen.is_some() {
+            s.metrics_listen = self.metrics_listen;
+        }
+        if let Some(t) = &self.throttle {
+            s.throttle.enabled = t == "on";
+        }
+        over!(self.partition_target => s.throttle.per_partition);
+        over!(self.server_target => s.throttle.per_server);
+        over!(self.account_target => s.throttle.per_account);
+        over!(self.servers => s.partitions.servers);
+        over!(self.page_size => s.session.page_size);
+        over!(self.retry_policy => s.session.retry_policy);
+        over!(self.retry_max => s.session.retry_max);
+        over!(self.auth => s.auth.mode);
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            s.tls = Some(Tls {
+                cert: cert.clone(),
+                key: key.clone(),
+            });
+        }
+        s.check()?;
+        Ok(s)
+    }
+}
+
+impl Settings {
+    /// Refuses settings that cannot work, with the reason.
+    pub fn check(&self) -> Result<(), String> {
+        if !matches!(self.auth.mode.as_str(), "trust" | "scram") {
+            return Err(format!(
+                "auth.mode must be trust or scram, not {:?}",
+                self.auth.mode
+            ));
+        }
+        if self.auth.mode == "trust" && !self.listen.ip().is_loopback() {
+            return Err(format!(
+                "refusing to listen on {} with trust authentication: trust is allowed on loopback addresses only (use --auth scram)",
+                self.listen
+            ));
+        }
+        if self.throttle.enabled {
+            let t = &self.throttle;
+            if t.per_partition == 0 || t.per_server == 0 || t.per_account == 0 {
+                return Err("throttle targets must be positive (or throttle off)".into());
+            }
+            if !(t.burst > 0.0 && t.burst <= 10.0) {
+                return Err("throttle.burst must be in (0, 10] seconds".into());
+            }
+        }
+        if !(1..=64).contains(&self.partitions.servers) {
+            return Err("partitions.servers must be from 1 to 64".into());
+        }
+        if self.engine_memory_mb == 0 {
+            return Err("engine_memory_mb must be positive".into());
+        }
+        // Session settings are checked as SET would check them.
+        tablegate_gateway::session::Session::with_defaults(&self.session.settings())
+            .map_err(|e| format!("session setting: {}", e.message))?;
+        Ok(())
+    }
+
+    /// The partition layer's configuration.
+    pub fn partition_config(&self) -> tablegate_store::PartitionConfig {
+        tablegate_store::PartitionConfig {
+            servers: self.partitions.servers,
+            targets: self.throttle.enabled.then(|| tablegate_store::Targets {
+                per_partition: self.throttle.per_partition,
+                per_server: self.throttle.per_server,
+                per_account: self.throttle.per_account,
+                burst: self.throttle.burst,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// As TOML (`--print-config`).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(
+            &path,
+            "data = \"/tmp/x\"\n[throttle]\nper_partition = 500\n[session]\npage_size = 100\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            page_size: Some(10),
+            ..Default::default()
+        };
+        let s = args.resolve().unwrap();
+        assert_eq!(s.data, PathBuf::from("/tmp/x"));
+        assert_eq!(s.throttle.per_partition, 500);
+        assert_eq!(s.throttle.per_server, 10_000);
+        assert_eq!(s.session.page_size, 10);
+        // The printed config reads back as the same settings.
+        assert_eq!(toml::from_str::<Settings>(&s.to_toml()).unwrap(), s);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.toml");
+        std::fs::write(&path, "[throttle]\nper_partion = 5\n").unwrap();
+        let e = load_file(&path).unwrap_err();
+        assert!(e.contains("per_partion"), "{e}");
+        let args = ServeArgs {
+            listen: Some("0.0.0.0:5433".parse().unwrap()),
+            ..Default::default()
+        };
+        assert!(args.resolve().unwrap_err().contains("loopback"));
+        let args = ServeArgs {
+            page_size: Some(5000),
+            ..Default::default()
+        };
+        assert!(args.resolve().unwrap_err().contains("page_size"));
+    }
+}

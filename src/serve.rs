@@ -1,0 +1,274 @@
+//! Running the server: open the store with the settings, bind, serve until
+//! Ctrl-C or SIGTERM; the Prometheus endpoint; an in-process server for
+//! `stress` and `import` when they are not pointed at a running one.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablegate_gateway::{AuthMode, Server, ServerConfig, UserStore};
+use tablegate_planner::Planner;
+use tablegate_store::{LocalStore, PartitionedStore, StoreOptions};
+
+use crate::config::Settings;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Opens the data directory with the settings' partition layer.
+pub async fn open(settings: &Settings) -> Result<Planner, String> {
+    let local = LocalStore::open(&settings.data, StoreOptions::default()).map_err(|e| {
+        format!(
+            "cannot open data directory {}: {e}",
+            settings.data.display()
+        )
+    })?;
+    let store = PartitionedStore::new(local, settings.partition_config()).map_err(err)?;
+    Planner::open(store).await.map_err(err)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Binds a server over `planner` as the settings say.
+pub async fn bind(planner: Planner, settings: &Settings) -> Result<Server, String> {
+    let auth = match settings.auth.mode.as_str() {
+        "scram" => {
+            let system = Arc::new(planner.store().local().clone());
+            let users = UserStore::open(system).await.map_err(err)?;
+            for u in &settings.auth.users {
+                users
+                    .set_password(&u.name, &u.password)
+                    .await
+                    .map_err(err)?;
+            }
+            AuthMode::Scram(Arc::new(users))
+        }
+        _ => AuthMode::Trust,
+    };
+    let tls = match &settings.tls {
+        Some(t) => Some(tablegate_gateway::tls::acceptor(&t.cert, &t.key)?),
+        None => None,
+    };
+    Server::bind(
+        settings.listen,
+        planner,
+        ServerConfig {
+            max_connections: settings.max_connections,
+            engine_memory: settings.engine_memory_mb.saturating_mul(1 << 20),
+            auth,
+            tls,
+            session_defaults: settings.session.settings(),
+            ..Default::default()
+        },
+    )
+    .await
+    .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))
+}
+
+/// Serves until Ctrl-C or SIGTERM, printing where and how to connect.
+pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> {
+    let _balancer = planner.store().spawn_balancer();
+    if let Some(addr) = settings.metrics_listen {
+        start_metrics(addr, planner.store().clone())?;
+        println!("metrics on http://{addr}/metrics");
+    }
+    let server = bind(planner, settings).await?;
+    let addr = server.local_addr().map_err(err)?;
+    println!("tablegate listening on {addr}");
+    println!(
+        "connect with: psql -h {} -p {} -U tablegate tablegate",
+        addr.ip(),
+        addr.port()
+    );
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    server.run(shutdown_signal()).await.map_err(err)?;
+    println!("tablegate stopped");
+    Ok(())
+}
+
+/// A server running inside this process (for `stress` and `import`
+/// without `--connect`): real sockets, real protocol.
+#[derive(Debug)]
+pub struct Embedded {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+impl Embedded {
+    /// Opens `settings.data` and serves it on a free loopback port.
+    pub async fn start(mut settings: Settings) -> Result<Embedded, String> {
+        settings.listen = "127.0.0.1:0".parse().expect("address");
+        settings.auth.mode = "trust".into();
+        settings.tls = None;
+        let planner = open(&settings).await?;
+        let server = bind(planner, &settings).await?;
+        let addr = server.local_addr().map_err(err)?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server
+                .run(async {
+                    let _ = rx.await;
+                })
+                .await
+                .map_err(err)
+        });
+        Ok(Embedded {
+            addr,
+            stop: Some(tx),
+            task,
+        })
+    }
+
+    /// A tokio-postgres connection string for it.
+    pub fn conn_str(&self) -> String {
+        format!(
+            "host={} port={} user=tablegate dbname=tablegate",
+            self.addr.ip(),
+            self.addr.port()
+        )
+    }
+
+    /// Stops it; the store closes (and syncs) when the server is gone.
+    pub async fn stop(mut self) -> Result<(), String> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        (&mut self.task).await.map_err(err)?
+    }
+}
+
+/// Installs the Prometheus recorder with its HTTP listener, and a task
+/// that publishes the partition layer's state (throttle counters, server
+/// load, hot partitions) every second. Statement metrics come from the
+/// gateway's telemetry.
+fn start_metrics(addr: SocketAddr, store: PartitionedStore) -> Result<(), String> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full("tablegate_query_duration_seconds".into()),
+            &[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
+            ],
+        )
+        .map_err(err)?
+        // A PartitionKey that cooled down leaves the hot-partition gauges.
+        .idle_timeout(
+            metrics_util::MetricKindMask::GAUGE,
+            Some(Duration::from_secs(30)),
+        )
+        .install()
+        .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
+    describe_metrics();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            publish_store_metrics(&store);
+        }
+    });
+    Ok(())
+}
+
+fn describe_metrics() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "tablegate_queries_total",
+        "Statements finished, by query class"
+    );
+    describe_counter!(
+        "tablegate_query_errors_total",
+        "Statements failed, by query class"
+    );
+    describe_histogram!(
+        "tablegate_query_duration_seconds",
+        metrics::Unit::Seconds,
+        "Statement latency, first message to last row, by query class"
+    );
+    describe_counter!(
+        "tablegate_entities_scanned_total",
+        "Entities the store read, by query class"
+    );
+    describe_counter!("tablegate_rows_returned_total", "Rows returned or written");
+    describe_counter!(
+        "tablegate_throttled_retries_total",
+        "Retries after ServerBusy, by query class"
+    );
+    describe_counter!(
+        "tablegate_throttled_requests_total",
+        "Store requests refused by a scalability target, by scope"
+    );
+    describe_gauge!(
+        "tablegate_server_load_entities_per_second",
+        "Entities/s served by each partition server over the load window"
+    );
+    describe_gauge!(
+        "tablegate_server_capacity_entities_per_second",
+        "Each partition server's target"
+    );
+    describe_gauge!(
+        "tablegate_hot_partitions",
+        "PartitionKeys at or over the warm (50%) or hot (90%) share of their target"
+    );
+    describe_gauge!(
+        "tablegate_partition_load_entities_per_second",
+        "Load of the hottest PartitionKeys (at most 20)"
+    );
+}
+
+fn publish_store_metrics(store: &PartitionedStore) {
+    let t = store.throttle_counts();
+    for (scope, n) in [
+        ("partition", t.partition),
+        ("server", t.server),
+        ("account", t.account),
+    ] {
+        metrics::counter!("tablegate_throttled_requests_total", "scope" => scope).absolute(n);
+    }
+    for s in store.servers() {
+        let server = s.server.to_string();
+        metrics::gauge!("tablegate_server_load_entities_per_second", "server" => server.clone())
+            .set(s.load_per_sec);
+        if let Some(c) = s.capacity_per_sec {
+            metrics::gauge!("tablegate_server_capacity_entities_per_second", "server" => server)
+                .set(c as f64);
+        }
+    }
+    let hot = store.hot_partitions(20);
+    for level in [
+        tablegate_store::partition::HotLevel::Warm,
+        tablegate_store::partition::HotLevel::Hot,
+    ] {
+        let n = hot.iter().filter(|h| h.level == level).count();
+        let label = match level {
+            tablegate_store::partition::HotLevel::Warm => "warm",
+            tablegate_store::partition::HotLevel::Hot => "hot",
+        };
+        metrics::gauge!("tablegate_hot_partitions", "level" => label).set(n as f64);
+    }
+    for h in hot {
+        metrics::gauge!(
+            "tablegate_partition_load_entities_per_second",
+            "table" => h.table,
+            "partition_key" => h.partition_key
+        )
+        .set(h.load_per_sec);
+    }
+}

@@ -1,0 +1,510 @@
+//! The product a person meets: the demo's printed queries, system views,
+//! the Prometheus endpoint, `tablegate stress`, `tablegate import` and the
+//! configuration (file, environment, flags).
+
+use std::io::{Read, Write};
+use std::process::Command;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+use super::server::{TestServer, psql};
+
+fn tablegate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tablegate"))
+}
+
+fn run(cmd: &mut Command) -> (String, String, bool) {
+    let out = cmd.output().expect("run tablegate");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.success(),
+    )
+}
+
+#[test]
+fn demo_prints_five_queries_that_run_and_show_the_four_classes() {
+    let s = TestServer::demo(&["--throttle", "off"]);
+    let printed = s.stdout.lock().unwrap().clone();
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("connect with: psql -h 127.0.0.1 -p ")),
+        "{printed:?}"
+    );
+    let queries: Vec<String> = printed
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| {
+            l.starts_with("SELECT ") && l.contains("FROM registrations") && l.ends_with(';')
+        })
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(queries.len(), 5, "{printed:?}");
+    let mut classes = std::collections::BTreeSet::new();
+    for q in &queries {
+        let (out, err, ok) = psql(&s, &[q]);
+        assert!(ok && out.contains(" row"), "{q}: {err}");
+        let (out, err, ok) = psql(&s, &[&format!("EXPLAIN {q}")]);
+        assert!(ok, "{q}: {err}");
+        for line in out.lines() {
+            if let Some(rest) = line.trim().strip_prefix("Class: ") {
+                classes.insert(rest.split_whitespace().next().unwrap().to_owned());
+            }
+            if let Some(i) = line.find("class=") {
+                let c = line[i + 6..].split([',', ' ']).next().unwrap();
+                classes.insert(c.to_owned());
+            }
+        }
+    }
+    let want: std::collections::BTreeSet<String> =
+        ["point", "row-range", "partition-range", "full-scan"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    assert_eq!(classes, want);
+}
+
+#[test]
+fn system_views_show_tables_ranges_servers_and_counters() {
+    let s = TestServer::demo(&["--throttle", "on", "--runners", "20"]);
+    let nyc = "2026 New York City Marathon__Full";
+    let (_, err, ok) = psql(
+        &s,
+        &[
+            &format!(
+                "SELECT name FROM registrations WHERE race = '{nyc}' AND runner = 'BIB:00001__x'"
+            ),
+            &format!(
+                "SELECT name FROM registrations WHERE race = '{nyc}' AND runner = 'BIB:00002__x'"
+            ),
+        ],
+    );
+    assert!(ok, "{err}");
+    let (out, err, ok) = psql(&s, &["\\dv tablegate.*"]);
+    assert!(ok, "{err}");
+    for v in [
+        "balance_events",
+        "hot_partitions",
+        "insert_patterns",
+        "query_counters",
+        "range_partitions",
+        "servers",
+        "tables",
+        "throttle_counters",
+    ] {
+        assert!(out.contains(v), "{v} missing from \\dv: {out}");
+    }
+    assert!(out.contains("view"), "{out}");
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "SELECT table_name, partition_key, row_key, entities FROM tablegate.tables",
+            "SELECT count(*) AS ranges, sum(entities) AS entities FROM tablegate.range_partitions WHERE table_name = 'registrations'",
+            "SELECT server, capacity_per_sec FROM tablegate.servers ORDER BY server",
+            "SELECT scope, target_per_sec FROM tablegate.throttle_counters ORDER BY scope",
+            "SELECT class, statements FROM tablegate.query_counters WHERE class = 'point'",
+        ],
+    );
+    assert!(ok, "{err}");
+    // 18 event/distance partitions × 20 runners × 2 rows.
+    assert!(
+        out.contains("registrations | race          | runner  |      720"),
+        "{out}"
+    );
+    assert!(out.contains("|      720"), "{out}");
+    assert!(out.contains("      3 |            10000"), "{out}");
+    assert!(
+        out.contains(" partition | ") && out.contains("2000"),
+        "{out}"
+    );
+    let point: Vec<&str> = out.lines().filter(|l| l.contains(" point ")).collect();
+    assert_eq!(point.len(), 1, "{out}");
+    let n: u64 = point[0].split('|').nth(1).unwrap().trim().parse().unwrap();
+    assert!(n >= 2, "{out}");
+    // Views are read-only.
+    let (_, err, ok) = psql(&s, &["DELETE FROM tablegate.tables"]);
+    assert!(!ok && !err.is_empty());
+}
+
+/// GET /metrics over a plain socket.
+fn scrape(port: u16) -> String {
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics port");
+    sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    sock.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out.split_once("\r\n\r\n").unwrap().1.to_owned()
+}
+
+/// Checks the Prometheus text format line by line; returns the samples.
+fn samples(body: &str) -> Vec<(String, f64)> {
+    let mut v = Vec::new();
+    for line in body.lines().filter(|l| !l.is_empty()) {
+        if let Some(c) = line.strip_prefix('#') {
+            assert!(
+                c.starts_with(" HELP ") || c.starts_with(" TYPE "),
+                "bad comment: {line}"
+            );
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("name value");
+        let name_end = series.find('{').unwrap_or(series.len());
+        let name = &series[..name_end];
+        assert!(
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "bad metric name: {line}"
+        );
+        if name_end < series.len() {
+            assert!(series.ends_with('}'), "bad labels: {line}");
+        }
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value: {line}"));
+        v.push((series.to_owned(), value));
+    }
+    v
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn metrics_endpoint_serves_prometheus_text_that_follows_queries() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let s = TestServer::demo(&["--throttle", "on", "--metrics-listen", &addr]);
+    let point = |body: &str| {
+        samples(body)
+            .into_iter()
+            .find(|(k, _)| k == "tablegate_queries_total{class=\"point\"}")
+            .map_or(0.0, |(_, v)| v)
+    };
+    let before = point(&scrape(port));
+    let (_, err, ok) = psql(
+        &s,
+        &[
+            "SELECT name FROM registrations WHERE race = '2026 New York City Marathon__Full' AND runner = 'BIB:00001__x'",
+            "SELECT count(*) FROM registrations",
+        ],
+    );
+    assert!(ok, "{err}");
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let body = scrape(port);
+    assert_eq!(point(&body), before + 1.0, "{body}");
+    let all = samples(&body);
+    let has = |prefix: &str| all.iter().any(|(k, _)| k.starts_with(prefix));
+    assert!(
+        has("tablegate_query_duration_seconds_bucket{class=\"point\""),
+        "{body}"
+    );
+    assert!(
+        has("tablegate_queries_total{class=\"analytics\"}"),
+        "{body}"
+    );
+    assert!(has("tablegate_entities_scanned_total"), "{body}");
+    assert!(
+        has("tablegate_throttled_requests_total{scope=\"partition\"}"),
+        "{body}"
+    );
+    assert!(
+        has("tablegate_server_load_entities_per_second{server=\"0\"}"),
+        "{body}"
+    );
+}
+
+#[test]
+fn stress_admits_the_target_and_charts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("stress.svg");
+    let (out, err, ok) = run(tablegate()
+        .args([
+            "stress",
+            "--partition-target",
+            "400",
+            "--clients",
+            "6",
+            "--duration",
+            "4",
+            "--entities",
+            "200",
+            "--chart",
+        ])
+        .arg(&chart));
+    assert!(ok, "{out}\n{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("admitted:"))
+        .unwrap_or_else(|| panic!("{out}"));
+    // "admitted:   1610 entities in 4.0 s = 402 entities/s (target 400/s: 100.6%)"
+    let rate: f64 = line
+        .split(" = ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        (360.0..=440.0).contains(&rate),
+        "admitted {rate}/s, not 400 ± 10%: {out}"
+    );
+    assert!(
+        out.contains("verdict:    the partition is too hot"),
+        "{out}"
+    );
+    assert!(out.contains("p99"), "{out}");
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("valid XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    assert!(svg.contains("target 400 entities/s"), "{svg}");
+
+    // Below the target, the verdict is fine.
+    let (out, err, ok) = run(tablegate().args([
+        "stress",
+        "--partition-target",
+        "400",
+        "--clients",
+        "2",
+        "--rate",
+        "100",
+        "--duration",
+        "2",
+        "--entities",
+        "100",
+    ]));
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("verdict:    fine"), "{out}");
+}
+
+const ROWS: usize = 100_000;
+
+fn data_batch() -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("pk", DataType::Utf8, false),
+        Field::new("rk", DataType::Utf8, false),
+        Field::new("n", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("score", DataType::Float64, true),
+    ]));
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                (0..ROWS).map(|i| format!("p{:02}", i % 50)),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                (0..ROWS).map(|i| format!("r{i:06}")),
+            )),
+            Arc::new(Int64Array::from_iter_values((0..ROWS).map(|i| i as i64))),
+            Arc::new(StringArray::from_iter(
+                (0..ROWS).map(|i| (i % 7 != 0).then(|| format!("name, \"{i}\""))),
+            )),
+            Arc::new(Float64Array::from_iter_values(
+                (0..ROWS).map(|i| i as f64 / 4.0),
+            )),
+        ],
+    )
+    .unwrap()
+}
+
+fn check_imported(s: &TestServer, table: &str) {
+    let (out, err, ok) = psql(
+        s,
+        &[
+            &format!("SELECT count(*) FROM {table}"),
+            &format!("SELECT n, name, score FROM {table} WHERE pk = 'p17' AND rk = 'r012317'"),
+            &format!("SELECT n, name FROM {table} WHERE pk = 'p49' AND rk = 'r000049'"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!(" {ROWS}\n")), "{out}");
+    assert!(out.contains("12317 | name, \"12317\" | 3079.25"), "{out}");
+    // Row 49 is a multiple of 7: its name is NULL.
+    assert!(
+        out.lines().any(|l| {
+            let f: Vec<&str> = l.split('|').map(str::trim).collect();
+            f == ["49", ""]
+        }),
+        "{out}"
+    );
+}
+
+#[test]
+fn import_csv_parquet_and_json_and_name_the_bad_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let s = TestServer::serve_in(data.path(), &["--throttle", "off"]);
+    let conn = s.conn_str();
+    let batch = data_batch();
+
+    let csv = dir.path().join("data.csv");
+    {
+        let f = std::fs::File::create(&csv).unwrap();
+        let mut w = datafusion::arrow::csv::WriterBuilder::new()
+            .with_header(true)
+            .build(f);
+        w.write(&batch).unwrap();
+    }
+    let (out, err, ok) = run(tablegate().arg("import").arg(&csv).args([
+        "--table",
+        "imp_csv",
+        "--partition-key",
+        "pk",
+        "--row-key",
+        "rk",
+        "--connect",
+        &conn,
+    ]));
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains(&format!("imported {ROWS} rows")), "{out}");
+    check_imported(&s, "imp_csv");
+
+    let parquet = dir.path().join("data.parquet");
+    {
+        let f = std::fs::File::create(&parquet).unwrap();
+        let mut w =
+            datafusion::parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+    let (out, err, ok) = run(tablegate().arg("import").arg(&parquet).args([
+        "--table",
+        "imp_pq",
+        "--partition-key",
+        "pk",
+        "--row-key",
+        "rk",
+        "--connect",
+        &conn,
+    ]));
+    assert!(ok, "{out}\n{err}");
+    check_imported(&s, "imp_pq");
+
+    let json = dir.path().join("few.jsonl");
+    std::fs::write(
+        &json,
+        "{\"city\":\"Oslo\",\"day\":\"d1\",\"temp\":-3.5}\n{\"city\":\"Lima\",\"day\":\"d1\",\"temp\":19.0}\n",
+    )
+    .unwrap();
+    let (out, err, ok) = run(tablegate().arg("import").arg(&json).args([
+        "--table",
+        "weather",
+        "--partition-key",
+        "city",
+        "--row-key",
+        "day",
+        "--connect",
+        &conn,
+    ]));
+    assert!(ok, "{out}\n{err}");
+    let (out, _, _) = psql(
+        &s,
+        &["SELECT temp FROM weather WHERE city = 'Oslo' AND day = 'd1'"],
+    );
+    assert!(out.contains("-3.5"), "{out}");
+
+    // A malformed CSV: the fifth line has a field too few.
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "pk,rk,n\na,1,1\na,2,2\na,3,3\na,4\na,5,5\n").unwrap();
+    let (out, err, ok) = run(tablegate().arg("import").arg(&bad).args([
+        "--table",
+        "bad",
+        "--partition-key",
+        "pk",
+        "--row-key",
+        "rk",
+        "--connect",
+        &conn,
+    ]));
+    assert!(!ok, "{out}");
+    assert!(err.contains("line") && err.contains("bad.csv"), "{err}");
+    // A value that does not fit the inferred type names line and column.
+    let bad2 = dir.path().join("bad2.csv");
+    let mut text = String::from("pk,rk,n\n");
+    for i in 0..1500 {
+        text.push_str(&format!("a,{i},{i}\n"));
+    }
+    text.push_str("a,x,not-a-number\n");
+    std::fs::write(&bad2, text).unwrap();
+    let (out, err, ok) = run(tablegate().arg("import").arg(&bad2).args([
+        "--table",
+        "bad2",
+        "--partition-key",
+        "pk",
+        "--row-key",
+        "rk",
+        "--connect",
+        &conn,
+    ]));
+    assert!(!ok, "{out}");
+    assert!(err.contains("not-a-number"), "{err}");
+    // Importing into a missing table without keys says how to create it.
+    let (_, err, ok) =
+        run(tablegate()
+            .arg("import")
+            .arg(&json)
+            .args(["--table", "nosuch", "--connect", &conn]));
+    assert!(!ok);
+    assert!(err.contains("--partition-key"), "{err}");
+}
+
+#[test]
+fn config_file_env_and_flags_merge_and_bad_settings_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tablegate.toml");
+    std::fs::write(
+        &file,
+        "listen = \"127.0.0.1:6543\"\n[throttle]\nper_partition = 500\nper_server = 4000\n[session]\npage_size = 200\n",
+    )
+    .unwrap();
+    let (out, err, ok) = run(tablegate()
+        .args(["serve", "--print-config", "--config"])
+        .arg(&file)
+        .args(["--server-target", "7000"])
+        .env("TABLEGATE_PAGE_SIZE", "300")
+        .env("TABLEGATE_PARTITION_TARGET", "600"));
+    assert!(ok, "{err}");
+    assert!(out.contains("listen = \"127.0.0.1:6543\""), "{out}");
+    assert!(out.contains("per_partition = 600"), "{out}");
+    assert!(out.contains("per_server = 7000"), "{out}");
+    assert!(out.contains("page_size = 300"), "{out}");
+
+    // Session defaults reach every session, and RESET returns to them.
+    let data = tempfile::tempdir().unwrap();
+    let s = TestServer::serve_in(
+        data.path(),
+        &["--page-size", "250", "--retry-policy", "none"],
+    );
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "SHOW tablegate.page_size",
+            "SET tablegate.page_size = 10",
+            "RESET tablegate.page_size",
+            "SHOW tablegate.page_size",
+            "SHOW tablegate.retry_policy",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out.matches(" 250\n").count(), 2, "{out}");
+    assert!(out.contains(" none\n"), "{out}");
+
+    // Trust on a public address, a typo in the file, a bad value.
+    let (_, err, ok) = run(tablegate().args(["serve", "--listen", "0.0.0.0:0"]));
+    assert!(!ok && err.contains("loopback"), "{err}");
+    std::fs::write(&file, "[throttle]\nper_partion = 1\n").unwrap();
+    let (_, err, ok) = run(tablegate().args(["serve", "--config"]).arg(&file));
+    assert!(!ok && err.contains("per_partion"), "{err}");
+    let (_, err, ok) = run(tablegate().args(["serve", "--page-size", "0"]));
+    assert!(!ok && err.contains("page_size"), "{err}");
+}
