@@ -338,7 +338,7 @@ impl Settings {
     pub fn partition_config(&self) -> tablegate_store::PartitionConfig {
         tablegate_store::PartitionConfig {
             servers: self.partitions.servers,
-            targets: self.throttle.enabled.then(|| tablegate_store::Targets {
+            targets: self.throttle.enabled.then_some(tablegate_store::Targets {
                 per_partition: self.throttle.per_partition,
                 per_server: self.throttle.per_server,
                 per_account: self.throttle.per_account,
