@@ -543,28 +543,29 @@ fn ok_line(out: &str, prefix: &str) -> std::collections::HashMap<String, u64> {
 }
 
 #[test]
-fn examples_register_runners_and_do_not_retry_client_errors() {
+fn examples_register_runners_retry_53000_and_not_client_errors() {
     let client = example_binary("race_client");
-    // Throttling off: a 53000 inside a transaction currently leaves the
-    // session unable to start the retry (25P02; see the README's
-    // limitations), so the retry path is not exercised here yet.
-    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    // A partition target of 50 entities/s: the client's transactions are
+    // throttled (53000), rolled back, retried with backoff, and all land.
+    let s = TestServer::demo(&["--partition-target", "50", "--runners", "1"]);
+    // A client error fails at once (checked first, while the partition
+    // is cool: a hot one answers 53000 before looking at the key).
+    let (out, _, ok) = run(Command::new(&client).arg(s.conn_str()).arg("--bad-key"));
+    assert!(!ok);
+    assert!(out.contains("client error 22023 not retried"), "{out}");
     let (out, err, ok) = run(Command::new(&client)
         .arg(s.conn_str())
         .args(["--runners", "25"]));
     assert!(ok, "{out}\n{err}");
     let v = ok_line(&out, "race_client ok: ");
     assert_eq!((v["registered"], v["rows"]), (25, 50), "{out}");
+    assert!(v["retries_53000"] > 0, "no throttling seen: {out}");
     // A second run finds them registered (23505 is not retried either).
     let (out, err, ok) = run(Command::new(&client)
         .arg(s.conn_str())
         .args(["--runners", "25"]));
     assert!(ok, "{out}\n{err}");
     assert_eq!(ok_line(&out, "race_client ok: ")["rows"], 50, "{out}");
-    // A client error fails at once.
-    let (out, _, ok) = run(Command::new(&client).arg(s.conn_str()).arg("--bad-key"));
-    assert!(!ok);
-    assert!(out.contains("client error 22023 not retried"), "{out}");
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/psycopg_race.py");
     let (out, err, ok) = run(Command::new("python3")
