@@ -704,7 +704,6 @@ where
 }
 
 impl ConnHandler {
-    /// Runs a prepared statement.
     /// Runs one planned statement, timed and counted by a
     /// [`StatementGuard`] inside a `statement` tracing span. A streaming
     /// result carries the guard, so the statement is recorded when its
