@@ -347,7 +347,7 @@ async fn drive(args: &StressArgs, conn: &str, target: u64) -> Result<(), String>
     if let Some(e) = tally.errors.first() {
         return Err(format!("a client failed: {e}"));
     }
-    let report = Report::new(args, target, duration, &mut tally);
+    let report = Report::new(args.clients, args.read_share, target, duration, &mut tally);
     print!("{}", report.text());
     if let Some(path) = &args.chart {
         chart(path, &tally.per_second, target, &report)?;
@@ -372,7 +372,13 @@ struct Report {
 }
 
 impl Report {
-    fn new(args: &StressArgs, target: u64, duration: Duration, t: &mut Tally) -> Report {
+    fn new(
+        clients: usize,
+        read_share: f64,
+        target: u64,
+        duration: Duration,
+        t: &mut Tally,
+    ) -> Report {
         t.latencies.sort_unstable();
         let pct = |p: f64| {
             if t.latencies.is_empty() {
@@ -382,8 +388,8 @@ impl Report {
             f64::from(t.latencies[i - 1]) / 1e3
         };
         Report {
-            clients: args.clients,
-            read_share: args.read_share,
+            clients,
+            read_share,
             seconds: duration.as_secs_f64(),
             target,
             admitted: t.admitted,
@@ -535,25 +541,13 @@ mod tests {
 
     #[test]
     fn percentiles_and_verdicts() {
-        let args = StressArgs {
-            connect: None,
-            clients: 2,
-            duration: 10.0,
-            read_share: 0.5,
-            rate: None,
-            entities: 10,
-            partition_target: 2000,
-            target: None,
-            chart: None,
-            keep: false,
-        };
         let mut t = Tally {
             latencies: (1..=100).map(|ms| ms * 1000).collect(),
             admitted: 20_000,
             throttled: 5_000,
             ..Default::default()
         };
-        let r = Report::new(&args, 2000, Duration::from_secs(10), &mut t);
+        let r = Report::new(2, 0.5, 2000, Duration::from_secs(10), &mut t);
         assert_eq!((r.p50, r.p95, r.p99, r.max), (50.0, 95.0, 99.0, 100.0));
         assert!(
             r.text().contains("2000 entities/s (target 2000/s: 100.0%)"),
@@ -567,7 +561,7 @@ mod tests {
             throttled: 0,
             ..Default::default()
         };
-        let r = Report::new(&args, 2000, Duration::from_secs(10), &mut t);
+        let r = Report::new(2, 0.5, 2000, Duration::from_secs(10), &mut t);
         assert!(r.text().contains("verdict:    fine"), "{}", r.text());
     }
 
@@ -575,18 +569,6 @@ mod tests {
     fn chart_is_svg_with_the_target_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.svg");
-        let args = StressArgs {
-            connect: None,
-            clients: 1,
-            duration: 3.0,
-            read_share: 0.5,
-            rate: None,
-            entities: 10,
-            partition_target: 2000,
-            target: None,
-            chart: None,
-            keep: false,
-        };
         let mut t = Tally {
             latencies: vec![1],
             per_second: vec![(2100, 50), (2000, 80), (1990, 60)],
@@ -594,7 +576,7 @@ mod tests {
             throttled: 190,
             errors: vec![],
         };
-        let r = Report::new(&args, 2000, Duration::from_secs(3), &mut t);
+        let r = Report::new(1, 0.5, 2000, Duration::from_secs(3), &mut t);
         chart(&path, &t.per_second, 2000, &r).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));

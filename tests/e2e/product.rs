@@ -286,6 +286,23 @@ fn stress_admits_the_target_and_charts_it() {
     assert!(out.contains("verdict:    fine"), "{out}");
 }
 
+/// `tablegate import FILE --table T [--partition-key P --row-key R] --connect CONN`.
+fn import(
+    file: &std::path::Path,
+    table: &str,
+    keys: Option<(&str, &str)>,
+    conn: &str,
+) -> (String, String, bool) {
+    let mut cmd = tablegate();
+    cmd.arg("import")
+        .arg(file)
+        .args(["--table", table, "--connect", conn]);
+    if let Some((pk, rk)) = keys {
+        cmd.args(["--partition-key", pk, "--row-key", rk]);
+    }
+    run(&mut cmd)
+}
+
 const ROWS: usize = 100_000;
 
 fn data_batch() -> RecordBatch {
@@ -355,16 +372,7 @@ fn import_csv_parquet_and_json_and_name_the_bad_line() {
             .build(f);
         w.write(&batch).unwrap();
     }
-    let (out, err, ok) = run(tablegate().arg("import").arg(&csv).args([
-        "--table",
-        "imp_csv",
-        "--partition-key",
-        "pk",
-        "--row-key",
-        "rk",
-        "--connect",
-        &conn,
-    ]));
+    let (out, err, ok) = import(&csv, "imp_csv", Some(("pk", "rk")), &conn);
     assert!(ok, "{out}\n{err}");
     assert!(out.contains(&format!("imported {ROWS} rows")), "{out}");
     check_imported(&s, "imp_csv");
@@ -377,16 +385,7 @@ fn import_csv_parquet_and_json_and_name_the_bad_line() {
         w.write(&batch).unwrap();
         w.close().unwrap();
     }
-    let (out, err, ok) = run(tablegate().arg("import").arg(&parquet).args([
-        "--table",
-        "imp_pq",
-        "--partition-key",
-        "pk",
-        "--row-key",
-        "rk",
-        "--connect",
-        &conn,
-    ]));
+    let (out, err, ok) = import(&parquet, "imp_pq", Some(("pk", "rk")), &conn);
     assert!(ok, "{out}\n{err}");
     check_imported(&s, "imp_pq");
 
@@ -396,16 +395,7 @@ fn import_csv_parquet_and_json_and_name_the_bad_line() {
         "{\"city\":\"Oslo\",\"day\":\"d1\",\"temp\":-3.5}\n{\"city\":\"Lima\",\"day\":\"d1\",\"temp\":19.0}\n",
     )
     .unwrap();
-    let (out, err, ok) = run(tablegate().arg("import").arg(&json).args([
-        "--table",
-        "weather",
-        "--partition-key",
-        "city",
-        "--row-key",
-        "day",
-        "--connect",
-        &conn,
-    ]));
+    let (out, err, ok) = import(&json, "weather", Some(("city", "day")), &conn);
     assert!(ok, "{out}\n{err}");
     let (out, _, _) = psql(
         &s,
@@ -416,16 +406,7 @@ fn import_csv_parquet_and_json_and_name_the_bad_line() {
     // A malformed CSV: the fifth line has a field too few.
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "pk,rk,n\na,1,1\na,2,2\na,3,3\na,4\na,5,5\n").unwrap();
-    let (out, err, ok) = run(tablegate().arg("import").arg(&bad).args([
-        "--table",
-        "bad",
-        "--partition-key",
-        "pk",
-        "--row-key",
-        "rk",
-        "--connect",
-        &conn,
-    ]));
+    let (out, err, ok) = import(&bad, "bad", Some(("pk", "rk")), &conn);
     assert!(!ok, "{out}");
     assert!(
         err.contains("at line 5") && err.contains("bad.csv"),
@@ -439,24 +420,11 @@ fn import_csv_parquet_and_json_and_name_the_bad_line() {
     }
     text.push_str("a,x,not-a-number\n");
     std::fs::write(&bad2, text).unwrap();
-    let (out, err, ok) = run(tablegate().arg("import").arg(&bad2).args([
-        "--table",
-        "bad2",
-        "--partition-key",
-        "pk",
-        "--row-key",
-        "rk",
-        "--connect",
-        &conn,
-    ]));
+    let (out, err, ok) = import(&bad2, "bad2", Some(("pk", "rk")), &conn);
     assert!(!ok, "{out}");
     assert!(err.contains("not-a-number"), "{err}");
     // Importing into a missing table without keys says how to create it.
-    let (_, err, ok) =
-        run(tablegate()
-            .arg("import")
-            .arg(&json)
-            .args(["--table", "nosuch", "--connect", &conn]));
+    let (_, err, ok) = import(&json, "nosuch", None, &conn);
     assert!(!ok);
     assert!(err.contains("--partition-key"), "{err}");
 }
