@@ -43,9 +43,8 @@ def register(conn, bib, stats):
         except psycopg.errors.UniqueViolation:
             return False  # registered by an earlier run
         except psycopg.Error as e:
-            # tablegate keeps a session whose COMMIT failed aborted until
-            # ROLLBACK (a known difference from PostgreSQL); harmless there.
-            conn.execute("ROLLBACK")
+            # The transaction block has rolled back (a failed COMMIT ends
+            # its transaction, as in PostgreSQL).
             if e.sqlstate not in RETRYABLE or attempt == 7:
                 raise
             stats[e.sqlstate] += 1

@@ -70,10 +70,8 @@ async fn register(
         }
         .await;
         let Err(e) = result else { return Ok(()) };
-        // tablegate keeps a session whose COMMIT failed in the aborted
-        // state until ROLLBACK (PostgreSQL would end the transaction; see
-        // the README's limitations). A ROLLBACK is harmless either way.
-        let _ = client.batch_execute("ROLLBACK").await;
+        // No ROLLBACK needed: a failed INSERT's transaction is rolled back
+        // when `tx` drops, and a failed COMMIT has ended its transaction.
         let code = e.code().cloned();
         let retryable = code == Some(SqlState::from_code("53000"))
             || code == Some(SqlState::T_R_SERIALIZATION_FAILURE);

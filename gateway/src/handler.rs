@@ -18,14 +18,21 @@ use futures::{Sink, SinkExt, StreamExt};
 use parking_lot::Mutex;
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::query::{
+    ExtendedQueryHandler, SimpleQueryHandler, send_execution_response, send_query_response,
+    send_ready_for_query,
+};
 use pgwire::api::results::{DataRowEncoder, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type,
+};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::response::{EmptyQueryResponse, NoticeResponse, TransactionStatus};
+use pgwire::messages::simplequery::Query;
 use sqlparser::ast::{self, Statement};
 use tablegate_catalog::{ColumnRef, SqlType};
 use tablegate_planner::{Plan, Planner, Route, SelectPlan, Transaction, WritePlan};
@@ -80,7 +87,7 @@ pub enum Prepared {
         /// Cursor name.
         name: String,
         /// Its query.
-        select: Arc<SelectPlan>,
+        query: CursorQuery,
         /// WITH HOLD: survives COMMIT.
         hold: bool,
     },
@@ -131,6 +138,34 @@ pub enum Prepared {
     },
 }
 
+/// What a cursor reads: a native scan, or an analytics statement (an
+/// aggregate over a server-side cursor, as psycopg's named cursors send).
+#[derive(Debug, Clone)]
+pub enum CursorQuery {
+    /// A native scan.
+    Native(Arc<SelectPlan>),
+    /// An analytics statement not yet planned by the engine.
+    EngineSql {
+        /// The query's text.
+        sql: String,
+        /// Why the native path does not run it.
+        reason: String,
+    },
+    /// An analytics statement planned by the engine.
+    Engine(Arc<EnginePlan>),
+}
+
+impl CursorQuery {
+    /// The types of its `$n` parameters.
+    fn param_types(&self) -> &[SqlType] {
+        match self {
+            CursorQuery::Native(s) => &s.param_types,
+            CursorQuery::Engine(plan) => &plan.param_types,
+            CursorQuery::EngineSql { .. } => &[],
+        }
+    }
+}
+
 /// A `COPY ... FROM STDIN` in progress: parser state, rows not yet
 /// written, and what was written so far.
 struct CopyIn {
@@ -159,10 +194,77 @@ impl Debug for CopyIn {
 const COPY_FLUSH_ROWS: usize = 10_000;
 
 /// An open cursor: its row description and its live row stream.
+///
+/// Its rows wait as Arrow batches, not encoded rows, so each FETCH encodes
+/// them in the format that FETCH asks for (tokio-postgres asks for binary,
+/// psql for text), as PostgreSQL does.
 struct Cursor {
-    fields: Arc<Vec<FieldInfo>>,
-    rows: Arc<tokio::sync::Mutex<pgwire::api::results::SendableRowStream>>,
+    query: CursorQuery,
+    rows: Arc<tokio::sync::Mutex<CursorRows>>,
     hold: bool,
+}
+
+impl Cursor {
+    /// Its columns, described in `format`.
+    fn fields(&self, format: Option<&Format>) -> Vec<FieldInfo> {
+        match &self.query {
+            CursorQuery::Native(s) => fields(&s.columns, format),
+            CursorQuery::Engine(plan) => encode::arrow_fields(&plan.schema, format),
+            CursorQuery::EngineSql { .. } => Vec::new(),
+        }
+    }
+}
+
+type BatchStream = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<arrow_array::RecordBatch, PgError>> + Send>,
+>;
+
+/// The rows of a cursor not fetched yet: its remaining batches, and the
+/// batch the last FETCH stopped inside.
+struct CursorRows {
+    batches: BatchStream,
+    /// A batch partly fetched, and how many of its rows have gone.
+    partial: Option<(arrow_array::RecordBatch, usize)>,
+    /// The batches have ended (a finished stream must not be polled again).
+    done: bool,
+}
+
+impl CursorRows {
+    /// The next `count` rows (all of them for `None`), as batch slices.
+    async fn take(
+        &mut self,
+        count: Option<usize>,
+        stop: &Stop,
+    ) -> Result<Vec<arrow_array::RecordBatch>, PgError> {
+        let mut out = Vec::new();
+        let mut left = count.unwrap_or(usize::MAX);
+        while left > 0 {
+            let (batch, used) = match self.partial.take() {
+                Some(p) => p,
+                None if self.done => break,
+                None => {
+                    let next = tokio::select! {
+                        n = self.batches.next() => n,
+                        e = stop.wait() => return Err(e),
+                    };
+                    match next {
+                        None => {
+                            self.done = true;
+                            break;
+                        }
+                        Some(batch) => (batch?, 0),
+                    }
+                }
+            };
+            let n = (batch.num_rows() - used).min(left);
+            out.push(batch.slice(used, n));
+            left -= n;
+            if used + n < batch.num_rows() {
+                self.partial = Some((batch, used + n));
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl Debug for Cursor {
@@ -308,17 +410,29 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
                     return Err(PgError::new("0A000", "SCROLL cursors are not supported")
                         .hint("cursors move forward only, like the store's continuation tokens"));
                 }
-                let q = d.for_query.as_ref().expect("checked");
-                let select = match planner
-                    .plan(&Statement::Query(q.clone()), sql)
-                    .map_err(plan_err)?
-                {
-                    Plan::Select(s) => s,
-                    _ => return Err(PgError::new("42601", "DECLARE needs a SELECT")),
+                let q = Statement::Query(d.for_query.clone().expect("checked"));
+                let query = match planner.plan(&q, sql) {
+                    Ok(Plan::Select(s)) => match &s.route {
+                        Route::Native => CursorQuery::Native(s),
+                        Route::Engine(reason) => CursorQuery::EngineSql {
+                            sql: q.to_string(),
+                            reason: reason.clone(),
+                        },
+                    },
+                    Ok(_) => return Err(PgError::new("42601", "DECLARE needs a SELECT")),
+                    // What the analytics engine runs, a cursor reads too;
+                    // its text is the query alone, not the DECLARE.
+                    Err(e) => match engine_route(&q, sql, e)? {
+                        Prepared::EngineSql { reason, .. } => CursorQuery::EngineSql {
+                            sql: q.to_string(),
+                            reason,
+                        },
+                        _ => return Err(PgError::new("42601", "DECLARE needs a SELECT")),
+                    },
                 };
                 Prepared::Declare {
                     name: crate::handler::cursor_name(&d.names[0]),
-                    select,
+                    query,
                     hold: d.hold == Some(true),
                 }
             }
@@ -761,8 +875,7 @@ impl ConnHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let plan_err = |e: tablegate_planner::PlanError| PgError::from(&e);
-        let in_transaction =
-            client.transaction_status() != pgwire::messages::response::TransactionStatus::Idle;
+        let in_transaction = client.transaction_status() != TransactionStatus::Idle;
         let (mut opts, deadline) = {
             let s = self.session.lock();
             (
@@ -937,13 +1050,12 @@ impl ConnHandler {
                 // Cursors without HOLD end with their transaction.
                 self.cursors.lock().retain(|_, c| c.hold);
                 let txn = self.txn.lock().take();
-                let failed = client.transaction_status()
-                    == pgwire::messages::response::TransactionStatus::Error;
+                let failed = client.transaction_status() == TransactionStatus::Error;
                 if matches!(p, Prepared::Commit) && !failed {
                     if let Some(t) = txn {
-                        // Deliberately limited: pgwire leaves a session
-                        // whose COMMIT failed in the aborted state (25P02
-                        // until ROLLBACK); PostgreSQL would end it.
+                        // The transaction is over whatever COMMIT answers:
+                        // a failed one (40001, 53000) applied nothing, and
+                        // the session goes back to idle, as in PostgreSQL.
                         self.planner.commit(t, &opts).await.map_err(plan_err)?;
                     }
                     Response::TransactionEnd(Tag::new("COMMIT"))
@@ -956,7 +1068,7 @@ impl ConnHandler {
                     Response::TransactionEnd(Tag::new("ROLLBACK"))
                 }
             }
-            Prepared::Declare { name, select, hold } => {
+            Prepared::Declare { name, query, hold } => {
                 if !in_transaction && !hold {
                     return Err(PgError::new(
                         "25P01",
@@ -970,26 +1082,41 @@ impl ConnHandler {
                         format!("cursor \"{name}\" already exists"),
                     ));
                 }
-                let rows = self
-                    .planner
-                    .execute(select, params, &opts)
-                    .map_err(plan_err)?;
-                // FETCH results are described in text (binary cursors are a
-                // DECLARE option this build does not offer).
-                let f = Arc::new(fields(&select.columns, None));
-                // A cursor outlives its statement: no timeout, but cancel
-                // requests still reach it.
-                let stop = Stop {
-                    deadline: None,
-                    ..stop
+                // A cursor outlives its statement: each FETCH runs under
+                // its own statement_timeout and cancel scope.
+                let batches: BatchStream = match query {
+                    CursorQuery::Native(select) => {
+                        let rows = self
+                            .planner
+                            .execute(select, params, &opts)
+                            .map_err(plan_err)?;
+                        Box::pin(futures::stream::unfold(rows, |mut rows| async move {
+                            let batch = rows.next().await?;
+                            Some((batch.map_err(|e| PgError::from(&e)), rows))
+                        }))
+                    }
+                    CursorQuery::Engine(plan) => {
+                        let engine = engine_of(&self.planner, &self.engine).await?;
+                        let run = engine.execute(plan, params, opts.clone());
+                        let batches = tokio::select! {
+                            r = run => r.map_err(|e| PgError::from(&e))?,
+                            e = stop.wait() => return Err(e),
+                        };
+                        Box::pin(batches.map(|b| b.map_err(|e| PgError::from(&e))))
+                    }
+                    CursorQuery::EngineSql { .. } => {
+                        return Err(PgError::new("XX000", "a cursor's query ran unplanned"));
+                    }
                 };
-                let stream: pgwire::api::results::SendableRowStream =
-                    Box::pin(encode::row_stream(rows, f.clone(), stop, None));
                 self.cursors.lock().insert(
                     name.clone(),
                     Cursor {
-                        fields: f,
-                        rows: Arc::new(tokio::sync::Mutex::new(stream)),
+                        query: query.clone(),
+                        rows: Arc::new(tokio::sync::Mutex::new(CursorRows {
+                            batches,
+                            partial: None,
+                            done: false,
+                        })),
                         hold: *hold,
                     },
                 );
@@ -1001,26 +1128,19 @@ impl ConnHandler {
                     let c = cursors.get(name).ok_or_else(|| {
                         PgError::new("34000", format!("cursor \"{name}\" does not exist"))
                     })?;
-                    (c.fields.clone(), c.rows.clone())
+                    (Arc::new(c.fields(format)), c.rows.clone())
                 };
-                let mut stream = rows.lock().await;
-                let mut batch = Vec::new();
-                while count.is_none_or(|n| batch.len() < n) {
-                    let next = tokio::select! {
-                        n = stream.next() => n,
-                        e = stop.wait() => return Err(e),
-                    };
-                    match next {
-                        Some(Ok(row)) => batch.push(Ok(row)),
-                        // The scan's own error (53000, 57014, ...) as it was.
-                        Some(Err(PgWireError::UserError(info))) => {
-                            return Ok(Response::Error(info));
-                        }
-                        Some(Err(e)) => return Err(PgError::new("08006", e.to_string())),
-                        None => break,
+                // The scan's own error (53000, 57014, ...) is the FETCH's.
+                let batches = rows.lock().await.take(*count, &stop).await?;
+                let mut out = Vec::new();
+                for b in &batches {
+                    match encode::encode_batch(b, &f, &mut out) {
+                        Ok(()) => {}
+                        Err(PgWireError::UserError(info)) => return Ok(Response::Error(info)),
+                        Err(e) => return Err(PgError::new("XX000", e.to_string())),
                     }
                 }
-                let mut q = QueryResponse::new(f, futures::stream::iter(batch));
+                let mut q = QueryResponse::new(f, futures::stream::iter(out.into_iter().map(Ok)));
                 q.set_command_tag("FETCH");
                 Response::Query(q)
             }
@@ -1385,8 +1505,93 @@ impl pgwire::api::copy::CopyHandler for ConnHandler {
     }
 }
 
+/// The transaction status to report after a message: pgwire derives it
+/// from the responses (an error inside a transaction aborts it), but the
+/// session's own record has the last word. A COMMIT that fails has already
+/// ended its transaction, as in PostgreSQL, where pgwire would leave the
+/// session aborted (25P02 until ROLLBACK).
+fn settle_status(txn_open: bool, derived: TransactionStatus) -> TransactionStatus {
+    if txn_open {
+        derived
+    } else {
+        TransactionStatus::Idle
+    }
+}
+
 #[async_trait]
 impl SimpleQueryHandler for ConnHandler {
+    /// The Query message, written out here rather than pgwire's default
+    /// only so that the ReadyForQuery it ends with carries the session's
+    /// transaction status ([`settle_status`]). Cancel requests reach the
+    /// statements through the session's own [`Stop`].
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let mut status = client.transaction_status();
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        if query.query.chars().all(|c| c == ';' || c.is_whitespace()) {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        } else {
+            for r in SimpleQueryHandler::do_query(self, client, &query.query).await? {
+                match r {
+                    Response::EmptyQuery => {
+                        client
+                            .feed(PgWireBackendMessage::EmptyQueryResponse(
+                                EmptyQueryResponse::new(),
+                            ))
+                            .await?;
+                    }
+                    Response::Query(q) => send_query_response(client, q, true).await?,
+                    Response::Execution(tag) => send_execution_response(client, tag).await?,
+                    Response::TransactionStart(tag) => {
+                        send_execution_response(client, tag).await?;
+                        status = status.to_in_transaction_state();
+                    }
+                    Response::TransactionEnd(tag) => {
+                        send_execution_response(client, tag).await?;
+                        status = status.to_idle_state();
+                    }
+                    Response::Error(e) => {
+                        client
+                            .feed(PgWireBackendMessage::ErrorResponse((*e).into()))
+                            .await?;
+                        status = status.to_error_state();
+                    }
+                    Response::CopyIn(r) => {
+                        pgwire::api::copy::send_copy_in_response(client, r).await?;
+                        client.set_state(PgWireConnectionState::CopyInProgress(false));
+                    }
+                    Response::CopyOut(r) => {
+                        pgwire::api::copy::send_copy_out_response(client, r).await?;
+                    }
+                    Response::CopyBoth(r) => {
+                        pgwire::api::copy::send_copy_both_response(client, r).await?;
+                        client.set_state(PgWireConnectionState::CopyInProgress(false));
+                    }
+                }
+            }
+        }
+        // During COPY FROM, the copy handler sends ReadyForQuery at the end.
+        if !matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+            let status = settle_status(self.txn.lock().is_some(), status);
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            client.set_transaction_status(status);
+            send_ready_for_query(client, status).await?;
+        }
+        Ok(())
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -1399,8 +1604,7 @@ impl SimpleQueryHandler for ConnHandler {
             Ok(s) => s,
             Err(e) => return Ok(vec![error(PgError::from(&e))]),
         };
-        let mut failed =
-            client.transaction_status() == pgwire::messages::response::TransactionStatus::Error;
+        let mut failed = client.transaction_status() == TransactionStatus::Error;
         let mut out = Vec::with_capacity(stmts.len());
         for stmt in &stmts {
             let is_end = matches!(stmt, Statement::Commit { .. } | Statement::Rollback { .. });
@@ -1487,6 +1691,22 @@ async fn resolve(planner: &Planner, cell: &EngineCell, p: Prepared) -> Result<Pr
                 explain,
             })
         }
+        Prepared::Declare {
+            name,
+            query: CursorQuery::EngineSql { sql, reason },
+            hold,
+        } => {
+            let engine = engine_of(planner, cell).await?;
+            let plan = engine
+                .plan(&sql, &reason)
+                .await
+                .map_err(|e| PgError::from(&e))?;
+            Ok(Prepared::Declare {
+                name,
+                query: CursorQuery::Engine(Arc::new(plan)),
+                hold,
+            })
+        }
         other => Ok(other),
     }
 }
@@ -1528,6 +1748,9 @@ impl QueryParser for StatementParser {
             }
             Prepared::Write(w) => w.param_types.iter().map(|t| pg_type(*t)).collect(),
             Prepared::Engine { plan, .. } => plan.param_types.iter().map(|t| pg_type(*t)).collect(),
+            Prepared::Declare { query, .. } => {
+                query.param_types().iter().map(|t| pg_type(*t)).collect()
+            }
             _ => Vec::new(),
         })
     }
@@ -1551,7 +1774,7 @@ impl QueryParser for StatementParser {
                 .cursors
                 .lock()
                 .get(name)
-                .map(|c| c.fields.as_ref().clone())
+                .map(|c| c.fields(format))
                 .unwrap_or_default(),
             _ => Vec::new(),
         })
@@ -1649,6 +1872,21 @@ impl ExtendedQueryHandler for ConnHandler {
         self.parser.clone()
     }
 
+    /// pgwire's Execute, then the session's transaction status
+    /// ([`settle_status`]); the ReadyForQuery at Sync carries it.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let result = self._on_execute(client, message).await;
+        let status = settle_status(self.txn.lock().is_some(), client.transaction_status());
+        client.set_transaction_status(status);
+        result
+    }
+
     async fn do_query<C>(
         &self,
         client: &mut C,
@@ -1663,7 +1901,7 @@ impl ExtendedQueryHandler for ConnHandler {
     {
         let error = |e: PgError| Response::Error(Box::new(error_info(e)));
         let p = &portal.statement.statement;
-        if client.transaction_status() == pgwire::messages::response::TransactionStatus::Error
+        if client.transaction_status() == TransactionStatus::Error
             && !matches!(p, Prepared::Commit | Prepared::Rollback)
         {
             return Ok(error(PgError::aborted()));
@@ -1672,6 +1910,7 @@ impl ExtendedQueryHandler for ConnHandler {
             Prepared::Select(s) | Prepared::Explain { select: s, .. } => &s.param_types,
             Prepared::Write(w) => &w.param_types,
             Prepared::Engine { plan, .. } => &plan.param_types,
+            Prepared::Declare { query, .. } => query.param_types(),
             _ => &[],
         };
         // Format codes: none, one for all, or one each (PostgreSQL's rule).

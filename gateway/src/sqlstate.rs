@@ -185,7 +185,7 @@ impl From<&PlanError> for PgError {
             PlanError::InvalidParameter(_) => PgError::new("22023", m),
             PlanError::Unsupported { hint, .. } => PgError::new("0A000", m).hint(hint.clone()),
             PlanError::NeedsAnalytics { .. } => PgError::new("0A000", m).hint(
-                "SELECT queries run in the analytics engine, but this statement form (INSERT ... SELECT, UPDATE or DELETE conditions, DECLARE CURSOR) runs only on the native path: use key conditions and filters the store evaluates, or read first and write the results",
+                "SELECT queries run in the analytics engine, but this statement form (INSERT ... SELECT, UPDATE or DELETE conditions) runs only on the native path: use key conditions and filters the store evaluates, or read first and write the results",
             ),
             PlanError::FullScanRefused { hint, .. } => PgError::new(FULL_SCAN_REFUSED, m).hint(hint.clone()),
             PlanError::TooComplex { too_long, .. } => PgError::new(if *too_long { "54000" } else { "54001" }, m)

@@ -41,6 +41,19 @@ with conn.transaction():
             seen += len(page)
 assert seen == 4999, seen
 
+# A server-side cursor over an aggregate with a parameter: the analytics
+# engine runs it, and the cursor pages its rows.
+with conn.transaction():
+    with conn.cursor(name="groups") as named:
+        named.execute(
+            "SELECT pk, count(*), sum(n) FROM py_items WHERE n >= %s GROUP BY pk ORDER BY pk",
+            (1000,),
+        )
+        groups = named.fetchmany(2) + named.fetchmany(10)
+# (The deleted row r00006 has n = 6, below the filter.)
+want = [(f"p{p}", 800, sum(i for i in range(1000, 5000) if i % 5 == p)) for p in range(5)]
+assert groups == want, groups
+
 cur.execute(
     "SELECT column_name, data_type FROM information_schema.columns "
     "WHERE table_name = 'py_items' ORDER BY ordinal_position"

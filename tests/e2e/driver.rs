@@ -167,6 +167,54 @@ async fn cursors_page_through_a_partition() {
         .await
         .unwrap_err();
     assert_eq!(err.code().unwrap().code(), "25P01");
+
+    // A cursor over an analytics query (the engine's plan) pages the same
+    // rows the query returns, here with a parameter bound by the extended
+    // protocol.
+    let direct = c
+        .query(
+            "SELECT age, count(*) AS n FROM registrations WHERE race = $1 GROUP BY age ORDER BY age",
+            &[&NYC],
+        )
+        .await
+        .unwrap();
+    assert!(direct.len() > 5, "{} ages", direct.len());
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute(
+        "DECLARE ages CURSOR FOR SELECT age, count(*) AS n FROM registrations \
+         WHERE race = $1 GROUP BY age ORDER BY age",
+        &[&NYC],
+    )
+    .await
+    .unwrap();
+    let mut fetched = Vec::new();
+    loop {
+        let page = c.query("FETCH 4 FROM ages", &[]).await.unwrap();
+        let n = page.len();
+        fetched.extend(
+            page.iter()
+                .map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1))),
+        );
+        if n < 4 {
+            break;
+        }
+    }
+    let want: Vec<(i32, i64)> = direct.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(fetched, want);
+    c.batch_execute("COMMIT").await.unwrap();
+    // Over the simple protocol, WITH HOLD, and a bad query is refused at
+    // DECLARE with the engine's error.
+    c.batch_execute("DECLARE total CURSOR WITH HOLD FOR SELECT count(*) FROM registrations")
+        .await
+        .unwrap();
+    let msgs = c.simple_query("FETCH ALL FROM total").await.unwrap();
+    assert_eq!(tag(&msgs), 1);
+    c.batch_execute("CLOSE total").await.unwrap();
+    let err = c
+        .simple_query("DECLARE bad CURSOR WITH HOLD FOR SELECT count(nope) FROM registrations")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "42703", "{err:?}");
 }
 
 #[tokio::test]

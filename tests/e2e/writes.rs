@@ -372,11 +372,43 @@ async fn transactions_are_one_entity_group_transaction() {
         .unwrap();
     let e = c.batch_execute("COMMIT").await.unwrap_err();
     assert_eq!(code(&e), "40001", "{e:?}");
-    c.batch_execute("ROLLBACK").await.unwrap();
-    let after = rows(&other, "nyc").await;
+    // The failed COMMIT ended the transaction, as in PostgreSQL: the
+    // session is idle (not 25P02), with no ROLLBACK needed.
+    let after = rows(&c, "nyc").await;
     assert_eq!(after.len(), 2, "Bo was not inserted: {after:?}");
     assert_eq!(after[1].2, Some(34));
     assert_eq!(after[1].4.as_deref(), Some("changed"));
+
+    // The same over the extended protocol (tokio-postgres' `execute`).
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute(
+        "UPDATE regs SET age = 36 WHERE race = 'nyc' AND runner = 'BIB:00042__Ann'",
+        &[],
+    )
+    .await
+    .unwrap();
+    other
+        .execute(
+            "UPDATE regs SET note = 'again' WHERE race = 'nyc' AND runner = 'BIB:00042__Ann'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let e = c.execute("COMMIT", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "40001", "{e:?}");
+    let after = rows(&c, "nyc").await;
+    assert_eq!(after[1].2, Some(34), "nothing of the failed COMMIT applied");
+    assert_eq!(after[1].4.as_deref(), Some("again"));
+    // A new transaction starts cleanly and commits.
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute(
+        "UPDATE regs SET age = 37 WHERE race = 'nyc' AND runner = 'BIB:00042__Ann'",
+        &[],
+    )
+    .await
+    .unwrap();
+    c.execute("COMMIT", &[]).await.unwrap();
+    assert_eq!(rows(&other, "nyc").await[1].2, Some(37));
 }
 
 #[tokio::test]
@@ -435,12 +467,13 @@ async fn concurrent_sessions_never_lose_an_update() {
                 match c.batch_execute("COMMIT").await {
                     Ok(()) => ok += 1,
                     Err(e) => {
+                        // The failed COMMIT ended the transaction: the
+                        // next BEGIN needs no ROLLBACK first.
                         assert_eq!(
                             e.code(),
                             Some(&SqlState::T_R_SERIALIZATION_FAILURE),
                             "{e:?}"
                         );
-                        c.batch_execute("ROLLBACK").await.unwrap();
                     }
                 }
             }
