@@ -105,13 +105,17 @@ pub(crate) fn text_values(row: &DataRow) -> Vec<Option<String>> {
 /// The type a column is sent as: every Arrow type DataFusion can produce
 /// is first cast to one of a few canonical types that map one to one to
 /// PostgreSQL types.
+///
+/// DataFusion's UInt64 results are the window functions PostgreSQL types
+/// bigint (`row_number`, `rank`, `dense_rank`): they are sent as int8 (a
+/// value past i64::MAX is an error, 22003), not as numeric. A Duration is
+/// a difference of timestamps, which PostgreSQL types interval.
 fn canonical(dt: &DataType) -> DataType {
     use arrow_schema::{IntervalUnit, TimeUnit};
     match dt {
         DataType::Int8 | DataType::UInt8 | DataType::Int16 => DataType::Int16,
         DataType::UInt16 | DataType::Int32 => DataType::Int32,
-        DataType::UInt32 | DataType::Int64 => DataType::Int64,
-        DataType::UInt64 => DataType::Decimal128(20, 0),
+        DataType::UInt32 | DataType::Int64 | DataType::UInt64 => DataType::Int64,
         DataType::Float16 | DataType::Float32 => DataType::Float32,
         DataType::Float64 => DataType::Float64,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
@@ -127,7 +131,9 @@ fn canonical(dt: &DataType) -> DataType {
             DataType::Decimal128(*p, *s)
         }
         DataType::Decimal256(_, s) => DataType::Decimal128(38, *s),
-        DataType::Interval(_) => DataType::Interval(IntervalUnit::MonthDayNano),
+        DataType::Interval(_) | DataType::Duration(_) => {
+            DataType::Interval(IntervalUnit::MonthDayNano)
+        }
         DataType::Dictionary(_, v) => canonical(v),
         DataType::List(f)
         | DataType::LargeList(f)
@@ -308,32 +314,37 @@ impl pgwire::types::ToSqlText for Interval {
         out: &mut bytes::BytesMut,
         _o: &pgwire::types::format::FormatOptions,
     ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        // PostgreSQL's default (postgres) style: 1 year 2 mons 3 days 04:05:06
+        // PostgreSQL's default (postgres) style: 1 year 2 mons 3 days
+        // 04:05:06. A unit is plural unless its value is exactly 1 (so
+        // `-1 days`); a positive part after a negative one gets a `+`.
         let mut parts = Vec::new();
-        let (y, m) = (self.months / 12, self.months % 12);
-        if y != 0 {
-            parts.push(format!("{y} year{}", if y.abs() == 1 { "" } else { "s" }));
-        }
-        if m != 0 {
-            parts.push(format!("{m} mon{}", if m.abs() == 1 { "" } else { "s" }));
-        }
-        if self.days != 0 {
-            parts.push(format!(
-                "{} day{}",
-                self.days,
-                if self.days.abs() == 1 { "" } else { "s" }
-            ));
+        let mut before_negative = false;
+        for (v, unit) in [
+            (self.months / 12, "year"),
+            (self.months % 12, "mon"),
+            (self.days, "day"),
+        ] {
+            if v != 0 {
+                let plus = if before_negative && v > 0 { "+" } else { "" };
+                let s = if v == 1 { "" } else { "s" };
+                parts.push(format!("{plus}{v} {unit}{s}"));
+                before_negative = v < 0;
+            }
         }
         if self.micros != 0 || parts.is_empty() {
-            let neg = self.micros < 0;
+            let sign = if self.micros < 0 {
+                "-"
+            } else if before_negative {
+                "+"
+            } else {
+                ""
+            };
             let t = self.micros.unsigned_abs();
             let (h, rest) = (t / 3_600_000_000, t % 3_600_000_000);
             let (mi, rest) = (rest / 60_000_000, rest % 60_000_000);
             let (sec, us) = (rest / 1_000_000, rest % 1_000_000);
-            let mut time = format!("{}{h:02}:{mi:02}:{sec:02}", if neg { "-" } else { "" });
-            if us != 0 {
-                time.push_str(format!(".{us:06}").trim_end_matches('0'));
-            }
+            let mut time = format!("{sign}{h:02}:{mi:02}:{sec:02}");
+            push_fraction(&mut time, us);
             parts.push(time);
         }
         out.extend_from_slice(parts.join(" ").as_bytes());
@@ -354,13 +365,28 @@ pub(crate) fn encode_batch(
             columns.push(col.clone());
         } else if want == DataType::Utf8 && !can_cast_text(col.data_type()) {
             columns.push(format_as_text(col)?);
+        } else if let DataType::Duration(unit) = col.data_type() {
+            columns.push(duration_as_interval(col, *unit)?);
         } else {
-            columns.push(arrow_cast::cast(col, &want).map_err(|e| {
-                wire_error(PgError::new(
-                    "22000",
-                    format!("cannot send {} as {want}: {e}", col.data_type()),
-                ))
-            })?);
+            // Not `safe`: a value the PostgreSQL type cannot hold (a UInt64
+            // past i64::MAX) is an error, never a NULL.
+            let options = arrow_cast::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            columns.push(
+                arrow_cast::cast_with_options(col, &want, &options).map_err(|e| {
+                    let code = if *col.data_type() == DataType::UInt64 {
+                        "22003"
+                    } else {
+                        "22000"
+                    };
+                    wire_error(PgError::new(
+                        code,
+                        format!("cannot send {} as {want}: {e}", col.data_type()),
+                    ))
+                })?,
+            );
         }
     }
     let mut enc = DataRowEncoder::new(fields.clone());
@@ -376,14 +402,44 @@ pub(crate) fn encode_batch(
 /// A double as PostgreSQL prints it (shortest round-trip digits): `41`,
 /// `2.5`, `1e+20`, `1.5e-05`, `NaN`, `Infinity`.
 pub fn pg_float_text(d: f64) -> String {
-    if d.is_nan() {
+    let a = d.abs();
+    float_text(
+        d,
+        d.is_nan(),
+        d.is_infinite(),
+        d > 0.0,
+        a == 0.0 || (1e-4..1e15).contains(&a),
+    )
+}
+
+/// A real (float4) as PostgreSQL prints it: the shortest digits that
+/// round-trip as a float4 (`0.1`, not the double's `0.10000000149011612`),
+/// in exponent form from 1e+06 on.
+pub fn pg_float4_text(d: f32) -> String {
+    let a = d.abs();
+    float_text(
+        d,
+        d.is_nan(),
+        d.is_infinite(),
+        d > 0.0,
+        a == 0.0 || (1e-4..1e6).contains(&a),
+    )
+}
+
+fn float_text<F: std::fmt::Display + std::fmt::LowerExp>(
+    d: F,
+    nan: bool,
+    infinite: bool,
+    positive: bool,
+    fixed: bool,
+) -> String {
+    if nan {
         return "NaN".into();
     }
-    if d.is_infinite() {
-        return if d > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    if infinite {
+        return if positive { "Infinity" } else { "-Infinity" }.into();
     }
-    let a = d.abs();
-    if a == 0.0 || (1e-4..1e15).contains(&a) {
+    if fixed {
         return format!("{d}");
     }
     // Exponent form, PostgreSQL style: mantissa, 'e', sign, two+ digits.
@@ -391,6 +447,114 @@ pub fn pg_float_text(d: f64) -> String {
     let (m, x) = e.split_once('e').unwrap_or((&e, "0"));
     let x: i32 = x.parse().unwrap_or(0);
     format!("{m}e{}{:02}", if x < 0 { '-' } else { '+' }, x.abs())
+}
+
+/// Appends `.ffffff` without trailing zeros (nothing for zero), as
+/// PostgreSQL prints fractional seconds.
+fn push_fraction(out: &mut String, us: u64) {
+    if us != 0 {
+        out.push_str(format!(".{us:06}").trim_end_matches('0'));
+    }
+}
+
+/// An array's text from its elements' texts (`None`: NULL), for elements
+/// that never need quotes (numbers).
+fn array_text(elems: impl Iterator<Item = Option<String>>) -> String {
+    let elems: Vec<String> = elems
+        .map(|e| e.unwrap_or_else(|| "NULL".to_owned()))
+        .collect();
+    format!("{{{}}}", elems.join(","))
+}
+
+/// An empty array in PostgreSQL's binary layout: no dimensions (ndim 0),
+/// no NULLs, the element type, nothing else. (postgres-types would send a
+/// one-dimensional array of length 0, which PostgreSQL never does.)
+#[derive(Debug)]
+struct EmptyArray;
+
+impl postgres_types::ToSql for EmptyArray {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use bytes::BufMut;
+        let postgres_types::Kind::Array(elem) = ty.kind() else {
+            return Err(format!("{ty} is not an array type").into());
+        };
+        out.put_i32(0);
+        out.put_i32(0);
+        out.put_u32(elem.oid());
+        Ok(postgres_types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(ty.kind(), postgres_types::Kind::Array(_))
+    }
+
+    postgres_types::to_sql_checked!();
+}
+
+impl pgwire::types::ToSqlText for EmptyArray {
+    fn to_sql_text(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+        _o: &pgwire::types::format::FormatOptions,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(b"{}");
+        Ok(postgres_types::IsNull::No)
+    }
+}
+
+/// A Duration column (a difference of timestamps) as PostgreSQL's
+/// `timestamp - timestamp` gives it: an interval of days and time, whole
+/// days moved out of the time (`justify_hours`: both parts carry the sign
+/// of the difference), no months.
+fn duration_as_interval(
+    col: &arrow_array::ArrayRef,
+    unit: arrow_schema::TimeUnit,
+) -> PgWireResult<arrow_array::ArrayRef> {
+    use arrow_array::types::{
+        DurationMicrosecondType, DurationMillisecondType, DurationNanosecondType,
+        DurationSecondType, IntervalMonthDayNano,
+    };
+    use arrow_schema::TimeUnit;
+    const DAY_NS: i64 = 86_400_000_000_000;
+    let (values, ns): (arrow_array::Int64Array, i64) = match unit {
+        TimeUnit::Second => (
+            col.as_primitive::<DurationSecondType>().reinterpret_cast(),
+            1_000_000_000,
+        ),
+        TimeUnit::Millisecond => (
+            col.as_primitive::<DurationMillisecondType>()
+                .reinterpret_cast(),
+            1_000_000,
+        ),
+        TimeUnit::Microsecond => (
+            col.as_primitive::<DurationMicrosecondType>()
+                .reinterpret_cast(),
+            1_000,
+        ),
+        TimeUnit::Nanosecond => (
+            col.as_primitive::<DurationNanosecondType>()
+                .reinterpret_cast(),
+            1,
+        ),
+    };
+    let out: arrow_array::IntervalMonthDayNanoArray = values
+        .iter()
+        .map(|v| {
+            let Some(v) = v else { return Ok(None) };
+            // Whole days first, so that second durations past i64
+            // nanoseconds (292 years) still fit.
+            let per_day = DAY_NS / ns;
+            let days = i32::try_from(v / per_day)
+                .map_err(|_| wire_error(PgError::new("22008", "interval out of range")))?;
+            Ok(Some(IntervalMonthDayNano::new(0, days, (v % per_day) * ns)))
+        })
+        .collect::<PgWireResult<_>>()?;
+    Ok(Arc::new(out))
 }
 
 fn can_cast_text(dt: &DataType) -> bool {
@@ -431,7 +595,7 @@ fn encode_value(
         DataType::Int32 => enc.encode_field(&col.as_primitive::<Int32Type>().value(row)),
         DataType::Int64 => enc.encode_field(&col.as_primitive::<Int64Type>().value(row)),
         DataType::Float32 if !binary => enc.encode_field_with_type_and_format(
-            &pg_float_text(col.as_primitive::<Float32Type>().value(row).into()),
+            &pg_float4_text(col.as_primitive::<Float32Type>().value(row)),
             ty,
             FieldFormat::Text,
             field.format_options(),
@@ -452,10 +616,7 @@ fn encode_value(
                 // PostgreSQL's text: fractional seconds without trailing
                 // zeros, and the zone as +00 (sessions are UTC).
                 let mut text = t.format("%Y-%m-%d %H:%M:%S").to_string();
-                let us = micros.rem_euclid(1_000_000);
-                if us != 0 {
-                    text.push_str(format!(".{us:06}").trim_end_matches('0'));
-                }
+                push_fraction(&mut text, micros.rem_euclid(1_000_000).unsigned_abs());
                 if tz.is_some() {
                     text.push_str("+00");
                 }
@@ -479,6 +640,22 @@ fn encode_value(
                 .checked_add_signed(chrono::TimeDelta::days(days.into()))
                 .unwrap_or_default();
             enc.encode_field(&d)
+        }
+        DataType::Time64(_) if !binary => {
+            // PostgreSQL's text: fractional seconds without trailing zeros.
+            let us = col
+                .as_primitive::<Time64MicrosecondType>()
+                .value(row)
+                .unsigned_abs();
+            let s = us / 1_000_000;
+            let mut text = format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60);
+            push_fraction(&mut text, us % 1_000_000);
+            enc.encode_field_with_type_and_format(
+                &text,
+                ty,
+                FieldFormat::Text,
+                field.format_options(),
+            )
         }
         DataType::Time64(_) => {
             let us = col.as_primitive::<Time64MicrosecondType>().value(row);
@@ -527,6 +704,32 @@ fn encode_value(
         DataType::Binary => enc.encode_field(&col.as_binary::<i32>().value(row)),
         DataType::List(_) => {
             let list = col.as_list::<i32>().value(row);
+            if list.is_empty() {
+                return enc.encode_field(&EmptyArray);
+            }
+            // Float elements in text as PostgreSQL prints them (NaN,
+            // Infinity, exponents), like the scalars.
+            let float_text = match list.data_type() {
+                DataType::Float32 if !binary => Some(array_text(
+                    list.as_primitive::<Float32Type>()
+                        .iter()
+                        .map(|v| v.map(pg_float4_text)),
+                )),
+                DataType::Float64 if !binary => Some(array_text(
+                    list.as_primitive::<Float64Type>()
+                        .iter()
+                        .map(|v| v.map(pg_float_text)),
+                )),
+                _ => None,
+            };
+            if let Some(text) = float_text {
+                return enc.encode_field_with_type_and_format(
+                    &text,
+                    &Type::TEXT,
+                    FieldFormat::Text,
+                    field.format_options(),
+                );
+            }
             match list.data_type() {
                 DataType::Int16 => {
                     enc.encode_field(&list.as_primitive::<Int16Type>().iter().collect::<Vec<_>>())

@@ -1831,6 +1831,20 @@ fn decode_param(
             .parameter::<chrono::NaiveDateTime>(i, &declared)
             .map_err(bad)?
             .map(|t| Value::DateTime(tablegate_store::DateTime(t.and_utc().timestamp_micros()))),
+        // Binary-format bytea and uuid are their raw bytes (text format
+        // goes through the column type's text parser below).
+        Type::BYTEA | Type::UUID if portal.parameter_format.is_binary(i) => {
+            match portal.parameters.get(i).cloned().flatten() {
+                None => None,
+                Some(b) if declared == Type::BYTEA => Some(Value::Binary(b.to_vec())),
+                Some(b) => Some(Value::Guid(b.as_ref().try_into().map_err(|_| {
+                    PgError::new(
+                        "22P02",
+                        format!("parameter ${}: a binary uuid has 16 bytes, not {}", i + 1, b.len()),
+                    )
+                })?)),
+            }
+        }
         _ => match portal.parameter::<String>(i, &Type::TEXT).map_err(bad)? {
             None => None,
             Some(s) => Some(want.parse_text(&s).map_err(|e| PgError::from(&e))?),

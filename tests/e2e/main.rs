@@ -5,6 +5,7 @@
 mod abuse;
 mod analytics;
 mod auth;
+mod binary;
 mod clients;
 mod copy;
 mod crash;
