@@ -1840,7 +1840,11 @@ fn decode_param(
                 Some(b) => Some(Value::Guid(b.as_ref().try_into().map_err(|_| {
                     PgError::new(
                         "22P02",
-                        format!("parameter ${}: a binary uuid has 16 bytes, not {}", i + 1, b.len()),
+                        format!(
+                            "parameter ${}: a binary uuid has 16 bytes, not {}",
+                            i + 1,
+                            b.len()
+                        ),
                     )
                 })?)),
             }
