@@ -5,6 +5,7 @@
 mod abuse;
 mod analytics;
 mod auth;
+mod bench;
 mod binary;
 mod clients;
 mod copy;

@@ -1,0 +1,96 @@
+//! `bench/run.py`, the side-by-side benchmark against PostgreSQL 15, on a
+//! tiny data set: it starts both servers, runs every workload and writes
+//! its Markdown report and SVG chart. No speed is asserted, only that the
+//! script works and reports a positive number for every workload.
+
+use std::path::Path;
+use std::process::Command;
+
+/// The numeric cells of the report's table rows, by workload letter.
+fn rows_by_workload(md: &str) -> Vec<(String, Vec<f64>)> {
+    md.lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line
+                .trim()
+                .strip_prefix('|')?
+                .strip_suffix('|')?
+                .split('|')
+                .map(str::trim)
+                .collect();
+            let id = *cells.first()?;
+            if !["a", "b", "c", "d", "e"].contains(&id) {
+                return None;
+            }
+            let numbers = cells[1..]
+                .iter()
+                .filter_map(|c| c.replace(',', "").parse::<f64>().ok())
+                .collect();
+            Some((id.to_owned(), numbers))
+        })
+        .collect()
+}
+
+#[test]
+fn bench_script_runs_every_workload_and_writes_report_and_chart() {
+    let out = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/run.py");
+    let run = Command::new("python3")
+        .arg(&script)
+        .args(["--tablegate", env!("CARGO_BIN_EXE_tablegate")])
+        .args(["--partitions", "4", "--rows", "50", "--duration", "1"])
+        .args(["--runs", "1", "--clients", "1,2", "--group-clients", "2"])
+        .args(["--warmup", "0", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("python3 is installed");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "bench/run.py failed ({}):\n{stdout}\n{stderr}",
+        run.status
+    );
+
+    let mut files: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let md_name = files.iter().find(|f| f.ends_with(".md")).expect("a .md");
+    let stem = md_name.strip_suffix(".md").unwrap();
+    assert!(files.contains(&format!("{stem}.svg")), "{files:?}");
+    // <date>-<short commit>
+    assert!(stem.len() > 11 && stem.as_bytes()[4] == b'-', "{stem}");
+
+    let md = std::fs::read_to_string(out.path().join(md_name)).unwrap();
+    let rows = rows_by_workload(&md);
+    // a: point lookups, 2 modes x 2 client counts; b: row range; c: scan
+    // against parallel and serial PostgreSQL; d: two write shapes;
+    // e: memory, disk and load time.
+    for (id, want) in [("a", 4), ("b", 1), ("c", 2), ("d", 2), ("e", 4)] {
+        let of_id: Vec<&Vec<f64>> = rows.iter().filter(|r| r.0 == id).map(|r| &r.1).collect();
+        assert!(of_id.len() >= want, "workload {id}: {of_id:?}\n{md}");
+        for numbers in of_id {
+            assert!(
+                !numbers.is_empty() && numbers.iter().all(|v| *v > 0.0),
+                "workload {id}: {numbers:?}\n{md}"
+            );
+        }
+    }
+    for needle in [
+        "| machine |",
+        "| commit |",
+        "profile **debug**",
+        "4 partitions",
+    ] {
+        assert!(md.contains(needle), "{needle}:\n{md}");
+    }
+
+    let svg = std::fs::read_to_string(out.path().join(format!("{stem}.svg"))).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("the chart is well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    // The background and one bar per ratio row (a to d).
+    let rects = doc.descendants().filter(|n| n.has_tag_name("rect")).count();
+    assert_eq!(rects, 1 + 4 + 1 + 2 + 2, "{svg}");
+}
