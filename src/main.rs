@@ -25,6 +25,12 @@ use tablegate_store::{LocalStore, StoreOptions};
 
 use config::ServeArgs;
 
+/// mimalloc, not the system allocator: the serving path allocates small
+/// objects on every request from many threads, where glibc's malloc spent a
+/// third of a 100-row range query's CPU (bench/README.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tablegate",

@@ -22,15 +22,21 @@ use pgwire::api::query::{
     ExtendedQueryHandler, SimpleQueryHandler, send_execution_response, send_query_response,
     send_ready_for_query,
 };
-use pgwire::api::results::{DataRowEncoder, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{
+    DataRowEncoder, DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldInfo,
+    QueryResponse, Response, Tag,
+};
 use pgwire::api::stmt::QueryParser;
-use pgwire::api::store::PortalStore;
+use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
     ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type,
 };
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
+use pgwire::messages::extendedquery::{
+    Bind, BindComplete, Describe, Execute, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+};
 use pgwire::messages::response::{EmptyQueryResponse, NoticeResponse, TransactionStatus};
 use pgwire::messages::simplequery::Query;
 use sqlparser::ast::{self, Statement};
@@ -1881,6 +1887,33 @@ fn decode_param(
     })
 }
 
+/// A Describe's answer, queued for the flush at Sync: ParameterDescription
+/// for a statement, then RowDescription or NoData.
+async fn feed_describe<C, D>(client: &mut C, d: &D) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    D: DescribeResponse,
+{
+    if let Some(types) = d.parameters() {
+        client
+            .feed(PgWireBackendMessage::ParameterDescription(
+                ParameterDescription::new(types.iter().map(|t| t.oid()).collect()),
+            ))
+            .await?;
+    }
+    let message = if d.is_no_data() {
+        PgWireBackendMessage::NoData(NoData::new())
+    } else {
+        PgWireBackendMessage::RowDescription(RowDescription::new(
+            d.fields().iter().map(Into::into).collect(),
+        ))
+    };
+    client.feed(message).await?;
+    Ok(())
+}
+
 #[async_trait]
 impl ExtendedQueryHandler for ConnHandler {
     type Statement = Prepared;
@@ -1888,6 +1921,87 @@ impl ExtendedQueryHandler for ConnHandler {
 
     fn query_parser(&self) -> Arc<StatementParser> {
         self.parser.clone()
+    }
+
+    /// Bind, as pgwire's default but for one thing: BindComplete is queued
+    /// (`feed`), not flushed. PostgreSQL writes a Bind/Execute/Sync round's
+    /// answers in one go at Sync; a flush here was a second `send` per
+    /// prepared statement, waking the client for nothing (measured: 30k vs
+    /// 45k point lookups/s, prepared vs simple, 4 pgbench clients).
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statement_name = message
+            .statement_name
+            .as_deref()
+            .unwrap_or(pgwire::api::DEFAULT_NAME);
+        let portal_name = message
+            .portal_name
+            .as_deref()
+            .unwrap_or(pgwire::api::DEFAULT_NAME);
+        match client.portal_store().get_statement(statement_name) {
+            Some(Entry::Value(statement)) => {
+                let portal = Portal::try_new(&message, statement)?;
+                client.portal_store().put_portal(Arc::new(portal));
+            }
+            Some(Entry::Empty) => {
+                if !message.parameters.is_empty() {
+                    return Err(wire_error(PgError::new(
+                        "08P01",
+                        format!(
+                            "bind message supplies {} parameters, but prepared statement \"{statement_name}\" requires 0",
+                            message.parameters.len()
+                        ),
+                    )));
+                }
+                client.portal_store().put_empty_portal(portal_name);
+            }
+            None => return Err(PgWireError::StatementNotFound(statement_name.to_owned())),
+        }
+        client
+            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    /// Describe, as pgwire's default but queued, not flushed: pgbench's
+    /// and many drivers' prepared statements send Bind, Describe, Execute
+    /// and Sync every time (see [`Self::on_bind`]).
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => match client.portal_store().get_statement(name) {
+                Some(Entry::Value(stmt)) => {
+                    let r = self.do_describe_statement(client, &stmt).await?;
+                    feed_describe(client, &r).await
+                }
+                Some(Entry::Empty) => {
+                    feed_describe(client, &DescribeStatementResponse::no_data()).await
+                }
+                None => Err(PgWireError::StatementNotFound(name.to_owned())),
+            },
+            TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
+                Some(Entry::Value(portal)) => {
+                    let r = self.do_describe_portal(client, &portal).await?;
+                    feed_describe(client, &r).await
+                }
+                Some(Entry::Empty) => {
+                    feed_describe(client, &DescribePortalResponse::no_data()).await
+                }
+                None => Err(PgWireError::PortalNotFound(name.to_owned())),
+            },
+            other => Err(PgWireError::InvalidTargetType(other)),
+        }
     }
 
     /// pgwire's Execute, then the session's transaction status

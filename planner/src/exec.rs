@@ -61,8 +61,21 @@ impl Default for ExecOptions {
 pub struct RowStream {
     schema: SchemaRef,
     rx: mpsc::Receiver<Result<RecordBatch>>,
+    /// A point query's work, run by the first [`RowStream::next`] in the
+    /// caller's own task: it sends at most one batch, and a spawned task's
+    /// hand-off (a wake-up on another thread) cost more than the lookup.
+    inline: Option<Inline>,
     actuals: Arc<Mutex<Actuals>>,
     class: AccessClass,
+}
+
+/// The boxed work of an inline query.
+struct Inline(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>);
+
+impl std::fmt::Debug for Inline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Inline")
+    }
 }
 
 impl RowStream {
@@ -73,6 +86,9 @@ impl RowStream {
 
     /// The next batch; `None` at the end.
     pub async fn next(&mut self) -> Option<Result<RecordBatch>> {
+        if let Some(Inline(work)) = self.inline.take() {
+            work.await;
+        }
         self.rx.recv().await
     }
 
@@ -143,17 +159,25 @@ pub fn execute(store: &PartitionedStore, b: &BoundSelect, opts: &ExecOptions) ->
             .collect::<Vec<_>>(),
     ));
     let actuals = Arc::new(Mutex::new(Actuals::default()));
+    // Two slots: an inline point query sends one batch, or one error.
     let (tx, rx) = mpsc::channel(2);
-    spawn(Task {
+    let task = Task {
         store: store.clone(),
         b: b.clone(),
         opts: opts.clone(),
         out: Out::Batches(schema.clone(), tx),
         actuals: actuals.clone(),
-    });
+    };
+    let inline = if b.access.class == AccessClass::Point {
+        Some(Inline(Box::pin(task.run_to_end())))
+    } else {
+        spawn(task);
+        None
+    };
     Ok(RowStream {
         schema,
         rx,
+        inline,
         actuals,
         class: b.access.class,
     })
@@ -191,14 +215,7 @@ pub fn scan_entities(
 }
 
 fn spawn(task: Task) {
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let r = task.run().await;
-        task.actuals.lock().elapsed = started.elapsed();
-        if let Err(e) = r {
-            task.out.fail(e).await;
-        }
-    });
+    tokio::spawn(task.run_to_end());
 }
 
 /// Where a task's rows go.
@@ -256,6 +273,16 @@ impl Window {
 }
 
 impl Task {
+    /// Runs the query to its end; an error goes to the reader.
+    async fn run_to_end(self) {
+        let started = Instant::now();
+        let r = self.run().await;
+        self.actuals.lock().elapsed = started.elapsed();
+        if let Err(e) = r {
+            self.out.fail(e).await;
+        }
+    }
+
     async fn run(&self) -> Result<()> {
         let access = &self.b.access;
         let table = self.b.plan.table.name.clone();
