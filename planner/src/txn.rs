@@ -113,6 +113,10 @@ pub struct Transaction {
     /// The first write's table and PartitionKey.
     scope: Option<(Arc<TableDef>, String)>,
     staged: BTreeMap<String, Staged>,
+    /// The payload bytes of the operations COMMIT would send, kept as
+    /// entries change: summing every operation on each write made a
+    /// 100-statement transaction quadratic.
+    bytes: usize,
 }
 
 impl Transaction {
@@ -200,10 +204,13 @@ impl Transaction {
             let mut stats = RetryStats::default();
             let current = with_retry(retry, &mut stats, || store.get(table, pk, rk)).await?;
             let s = self.staged.get_mut(rk).expect("checked");
+            let before = payload(pk, rk, s);
             s.base = match current {
                 Some(e) => Base::Present(e),
                 None => Base::Absent,
             };
+            // The base decides the operation (Insert, Replace, nothing).
+            self.bytes = self.bytes - before + payload(pk, rk, s);
         }
         Ok(())
     }
@@ -309,16 +316,9 @@ impl Transaction {
                 }
             }
         };
-        let previous = self.staged.insert(rk.to_owned(), next);
-        if self.scope.is_none() {
-            self.scope = Some((table.clone(), pk.to_owned()));
-        }
-        let size: usize = self.operations().iter().map(Operation::payload_size).sum();
+        let before = self.staged.get(rk).map_or(0, |s| payload(pk, rk, s));
+        let size = self.bytes - before + payload(pk, rk, &next);
         if size > limits::MAX_BATCH_BYTES {
-            match previous {
-                Some(p) => self.staged.insert(rk.to_owned(), p),
-                None => self.staged.remove(rk),
-            };
             return Err(PlanError::TransactionRule {
                 rule: TxnRule::MaxBytes,
                 message: format!(
@@ -326,6 +326,11 @@ impl Transaction {
                     limits::MAX_BATCH_BYTES
                 ),
             });
+        }
+        self.staged.insert(rk.to_owned(), next);
+        self.bytes = size;
+        if self.scope.is_none() {
+            self.scope = Some((table.clone(), pk.to_owned()));
         }
         Ok(())
     }
@@ -337,49 +342,7 @@ impl Transaction {
         };
         self.staged
             .iter()
-            .filter_map(|(rk, s)| {
-                let write = |props: &BTreeMap<String, Option<Value>>| EntityWrite {
-                    partition_key: pk.clone(),
-                    row_key: rk.clone(),
-                    properties: props.clone(),
-                };
-                Some(match (&s.base, &s.fin) {
-                    (Base::Absent, Final::Deleted) => return None,
-                    (Base::Absent, Final::Put { props, .. }) => Operation::Insert(write(props)),
-                    (Base::Present(e), Final::Deleted) => Operation::Delete {
-                        partition_key: pk.clone(),
-                        row_key: rk.clone(),
-                        if_match: IfMatch::ETag(e.etag()),
-                    },
-                    (Base::Present(e), Final::Put { props, replace }) => {
-                        let if_match = IfMatch::ETag(e.etag());
-                        if *replace {
-                            Operation::Replace {
-                                entity: write(props),
-                                if_match,
-                            }
-                        } else {
-                            Operation::Merge {
-                                entity: write(props),
-                                if_match,
-                            }
-                        }
-                    }
-                    (Base::Blind, Final::Put { props, replace }) => {
-                        if *replace {
-                            Operation::InsertOrReplace(write(props))
-                        } else {
-                            Operation::InsertOrMerge(write(props))
-                        }
-                    }
-                    // A delete always reads first, which resolves the base.
-                    (Base::Blind, Final::Deleted) => Operation::Delete {
-                        partition_key: pk.clone(),
-                        row_key: rk.clone(),
-                        if_match: IfMatch::Any,
-                    },
-                })
-            })
+            .filter_map(|(rk, s)| operation(pk, rk, s))
             .collect()
     }
 
@@ -431,6 +394,57 @@ impl Transaction {
             }),
         }
     }
+}
+
+/// The operation COMMIT sends for one staged entity (`None`: inserted,
+/// then deleted: nothing to send).
+fn operation(pk: &str, rk: &str, s: &Staged) -> Option<Operation> {
+    let write = |props: &BTreeMap<String, Option<Value>>| EntityWrite {
+        partition_key: pk.to_owned(),
+        row_key: rk.to_owned(),
+        properties: props.clone(),
+    };
+    Some(match (&s.base, &s.fin) {
+        (Base::Absent, Final::Deleted) => return None,
+        (Base::Absent, Final::Put { props, .. }) => Operation::Insert(write(props)),
+        (Base::Present(e), Final::Deleted) => Operation::Delete {
+            partition_key: pk.to_owned(),
+            row_key: rk.to_owned(),
+            if_match: IfMatch::ETag(e.etag()),
+        },
+        (Base::Present(e), Final::Put { props, replace }) => {
+            let if_match = IfMatch::ETag(e.etag());
+            if *replace {
+                Operation::Replace {
+                    entity: write(props),
+                    if_match,
+                }
+            } else {
+                Operation::Merge {
+                    entity: write(props),
+                    if_match,
+                }
+            }
+        }
+        (Base::Blind, Final::Put { props, replace }) => {
+            if *replace {
+                Operation::InsertOrReplace(write(props))
+            } else {
+                Operation::InsertOrMerge(write(props))
+            }
+        }
+        // A delete always reads first, which resolves the base.
+        (Base::Blind, Final::Deleted) => Operation::Delete {
+            partition_key: pk.to_owned(),
+            row_key: rk.to_owned(),
+            if_match: IfMatch::Any,
+        },
+    })
+}
+
+/// The payload bytes of [`operation`] (0 for none).
+fn payload(pk: &str, rk: &str, s: &Staged) -> usize {
+    operation(pk, rk, s).map_or(0, |o| o.payload_size())
 }
 
 /// A staged entity's view: what a read inside the transaction sees.
@@ -552,6 +566,50 @@ mod tests {
             }
         );
         assert_eq!(tx.len(), 3, "distinct entities count, not operations");
+    }
+
+    /// The bytes COMMIT would send, by summing every operation.
+    fn sent_bytes(tx: &Transaction) -> usize {
+        tx.operations().iter().map(Operation::payload_size).sum()
+    }
+
+    #[test]
+    fn the_byte_limit_counts_what_commit_would_send() {
+        let t = table();
+        let mut tx = Transaction::new();
+        // Each entity carries ~60 KB: the 4 MiB rule is met after about 69
+        // of them, well before the 100-operation rule.
+        let big =
+            |rk: &str| EntityWrite::new("p", rk).with("note", Value::String("x".repeat(30_000)));
+        let mut staged = 0;
+        let err = loop {
+            let rk = format!("r{staged:03}");
+            match tx.stage(&t, "p", &rk, Change::Insert(big(&rk)), Some(None)) {
+                Ok(()) => staged += 1,
+                Err(e) => break e,
+            }
+            assert_eq!(tx.bytes, sent_bytes(&tx), "after {staged} writes");
+        };
+        assert!(matches!(
+            err,
+            PlanError::TransactionRule {
+                rule: TxnRule::MaxBytes,
+                ..
+            }
+        ));
+        assert!((60..90).contains(&staged), "{staged} entities fit");
+        assert!(sent_bytes(&tx) <= limits::MAX_BATCH_BYTES);
+        assert_eq!(tx.len(), staged, "the refused write was not staged");
+        // Shrinking an entity already staged frees its bytes; deleting an
+        // entity inserted in this transaction frees them all.
+        tx.stage(&t, "p", "r000", Change::Upsert(w("r000", 1), false), None)
+            .unwrap();
+        tx.stage(&t, "p", "r001", Change::Delete, None).unwrap();
+        assert_eq!(tx.bytes, sent_bytes(&tx));
+        let rk = format!("r{staged:03}");
+        tx.stage(&t, "p", &rk, Change::Insert(big(&rk)), Some(None))
+            .unwrap();
+        assert_eq!(tx.bytes, sent_bytes(&tx));
     }
 
     #[test]
