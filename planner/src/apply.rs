@@ -90,9 +90,23 @@ pub async fn run(
         bound: None,
     };
     let mut opts = opts.clone();
+    // Only a statement that scans (INSERT ... SELECT, UPDATE, DELETE) needs
+    // the transaction's overlay; INSERT ... VALUES reads its own keys
+    // through `Transaction::view`. Building the overlay views every staged
+    // entity, so doing it for each INSERT made a transaction of single-row
+    // INSERTs quadratic.
+    let scans = !matches!(
+        plan.kind,
+        WriteKind::Insert {
+            source: InsertSource::Values(_),
+            ..
+        }
+    );
     let mut sink = match txn {
         Some(t) => {
-            opts.overlay = t.overlay(store, &opts.retry).await?;
+            if scans {
+                opts.overlay = t.overlay(store, &opts.retry).await?;
+            }
             Sink::Txn(t, WriteOutcome::default())
         }
         None => Sink::Auto(Groups::default()),
