@@ -162,6 +162,23 @@ impl PartitionedStore {
             ..Default::default()
         }));
         let (out_tx, out_rx) = mpsc::channel::<Result<Page>>(2);
+        let stream = |rx| ScanStream {
+            rx,
+            stats: stats.clone(),
+            started: Instant::now(),
+        };
+        // One segment (every row-range scan, and any scan of one server's
+        // run): its task feeds the output itself. The spawner and the
+        // forwarder below order several segments; for one they were two
+        // more task hand-offs per page.
+        if segments.len() == 1 {
+            let seg = segments.into_iter().next().expect("one segment");
+            let (store, table, st) = (self.clone(), table.to_owned(), stats.clone());
+            tokio::spawn(async move {
+                scan_segment(&store, &table, seg, &opts, &st, &out_tx).await;
+            });
+            return Ok(stream(out_rx));
+        }
         let (seg_tx, mut seg_rx) = mpsc::unbounded_channel::<mpsc::Receiver<Result<Page>>>();
         let permits = Arc::new(Semaphore::new(opts.parallelism.max(1)));
 
@@ -200,11 +217,7 @@ impl PartitionedStore {
                 }
             }
         });
-        Ok(ScanStream {
-            rx: out_rx,
-            stats,
-            started: Instant::now(),
-        })
+        Ok(stream(out_rx))
     }
 }
 
