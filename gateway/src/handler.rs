@@ -199,7 +199,7 @@ impl Debug for CopyIn {
 /// Rows a COPY FROM buffers before writing them (as EGTs per PartitionKey).
 const COPY_FLUSH_ROWS: usize = 10_000;
 
-/// An open cursor: its row description and its live row stream.
+/// An open cursor: what it reads, and the rows it has not fetched yet.
 ///
 /// Its rows wait as Arrow batches, not encoded rows, so each FETCH encodes
 /// them in the format that FETCH asks for (tokio-postgres asks for binary,
