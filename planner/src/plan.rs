@@ -284,9 +284,29 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Select
             ast::OrderByKind::Expressions(exprs) => {
                 let mut cols = Vec::new();
                 let mut ok = true;
+                // A bare name is an output column first (PostgreSQL's rule:
+                // `count(*) AS n ... ORDER BY n`); the alias of an
+                // expression needs a sort, so the engine runs the query.
+                let expr_aliases: Vec<String> = select
+                    .projection
+                    .iter()
+                    .filter_map(|item| match item {
+                        SelectItem::ExprWithAlias { alias, .. } => Some(fold(alias)),
+                        _ => None,
+                    })
+                    .collect();
                 for o in exprs {
                     let col = match strip(&o.expr) {
-                        Expr::Identifier(i) => Some(b.column(std::slice::from_ref(i))?),
+                        Expr::Identifier(i) => {
+                            let name = fold(i);
+                            if let Some(out) = columns.iter().find(|c| c.name == name) {
+                                Some(out.column.clone())
+                            } else if expr_aliases.contains(&name) {
+                                None
+                            } else {
+                                Some(b.column(std::slice::from_ref(i))?)
+                            }
+                        }
                         Expr::CompoundIdentifier(ids) => Some(b.column(ids)?),
                         _ => None,
                     };

@@ -40,6 +40,10 @@ const QUERIES: &[&str] = &[
     "SELECT DISTINCT city FROM runners",
     "SELECT DISTINCT race, city FROM runners WHERE age < 30",
     "SELECT runner FROM runners WHERE race = 'boston' ORDER BY name, runner",
+    // ORDER BY an output name: an aggregate's alias, and a renamed column
+    "SELECT race, count(*) AS n FROM runners GROUP BY race ORDER BY n DESC, race",
+    "SELECT runner AS who, age FROM runners WHERE race = 'boston' ORDER BY who DESC LIMIT 5",
+    "SELECT race AS runner, runner AS race FROM runners WHERE age > 75 ORDER BY runner, race",
     "SELECT count(*) FROM (SELECT DISTINCT age FROM runners) t",
     // joins between two tablegate tables
     "SELECT r.title, count(*) FROM runners u JOIN races r ON u.race = r.race GROUP BY r.title",
