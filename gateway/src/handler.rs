@@ -106,9 +106,24 @@ pub enum Prepared {
     },
     /// CLOSE name / CLOSE ALL (`None`).
     Close(Option<String>),
-    /// DEALLOCATE [PREPARE] name | ALL: acknowledged (protocol-level
-    /// statements are released by the client's Close messages).
-    Deallocate(bool),
+    /// DEALLOCATE [PREPARE] name | ALL (`None`): drops a statement of
+    /// [`Prepared::PrepareSql`]; other names are acknowledged (drivers
+    /// release protocol-level statements with Close messages).
+    Deallocate(Option<String>),
+    /// PREPARE name AS statement: the SQL-level prepared statement.
+    PrepareSql {
+        /// Its name, folded like an identifier.
+        name: String,
+        /// The statement, planned once.
+        stmt: Box<Prepared>,
+    },
+    /// EXECUTE name [(constants)].
+    ExecuteSql {
+        /// The prepared statement's name.
+        name: String,
+        /// Its parameters, as constant expressions.
+        args: Vec<ast::Expr>,
+    },
     /// COPY t [(cols)] FROM STDIN.
     CopyIn {
         /// An INSERT of the named columns.
@@ -142,6 +157,19 @@ pub enum Prepared {
         /// Text or CSV and their options.
         format: CopyFormat,
     },
+}
+
+impl Prepared {
+    /// The types of the statement's `$n` parameters.
+    fn param_types(&self) -> &[SqlType] {
+        match self {
+            Prepared::Select(s) | Prepared::Explain { select: s, .. } => &s.param_types,
+            Prepared::Write(w) => &w.param_types,
+            Prepared::Engine { plan, .. } => &plan.param_types,
+            Prepared::Declare { query, .. } => query.param_types(),
+            _ => &[],
+        }
+    }
 }
 
 /// What a cursor reads: a native scan, or an analytics statement (an
@@ -478,9 +506,38 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
                 count,
             }
         }
-        Statement::Deallocate { name, .. } => {
-            Prepared::Deallocate(name.value.eq_ignore_ascii_case("all"))
+        Statement::Deallocate { name, .. } => Prepared::Deallocate(
+            (!name.value.eq_ignore_ascii_case("all")).then(|| cursor_name(name)),
+        ),
+        Statement::Prepare {
+            name, statement, ..
+        } => {
+            if matches!(**statement, Statement::Prepare { .. }) {
+                return Err(PgError::new("42601", "PREPARE cannot prepare a PREPARE"));
+            }
+            // Parameter types come from the statement's context, as for
+            // the extended protocol; declared types are not needed.
+            let inner = statement.to_string();
+            Prepared::PrepareSql {
+                name: cursor_name(name),
+                stmt: Box::new(prepare(planner, statement, &inner)?),
+            }
         }
+        Statement::Execute {
+            name: Some(name),
+            parameters,
+            immediate: false,
+            into,
+            using,
+            ..
+        } if into.is_empty() && using.is_empty() => Prepared::ExecuteSql {
+            name: tablegate_planner::expr::fold(
+                name.0.last().and_then(|p| p.as_ident()).ok_or_else(|| {
+                    PgError::new("42601", "EXECUTE needs a prepared statement's name")
+                })?,
+            ),
+            args: parameters.clone(),
+        },
         Statement::Close { cursor } => Prepared::Close(match cursor {
             ast::CloseCursor::All => None,
             ast::CloseCursor::Specific { name } => Some(cursor_name(name)),
@@ -611,6 +668,8 @@ pub struct ConnHandler {
     /// Process id given at startup (for cancel requests).
     pid: Arc<Mutex<Option<i32>>>,
     cursors: Cursors,
+    /// Statements of SQL-level PREPARE, by name.
+    named: Mutex<std::collections::HashMap<String, Prepared>>,
     /// The open `BEGIN` block's staged writes.
     txn: Mutex<Option<Transaction>>,
     /// A `COPY ... FROM STDIN` in progress.
@@ -650,6 +709,7 @@ impl Connection {
                 }),
                 engine,
                 cursors,
+                named: Mutex::default(),
                 txn: Mutex::new(None),
                 copy_in: tokio::sync::Mutex::new(None),
                 planner,
@@ -1170,8 +1230,56 @@ impl ConnHandler {
                 }))
             }
             Prepared::Version => one_text_row("version", &[version_string()]),
-            Prepared::Deallocate(all) => {
-                Response::Execution(Tag::new(if *all { "DEALLOCATE ALL" } else { "DEALLOCATE" }))
+            Prepared::Deallocate(name) => {
+                let mut named = self.named.lock();
+                match name {
+                    None => named.clear(),
+                    Some(n) => {
+                        named.remove(n);
+                    }
+                }
+                Response::Execution(Tag::new(if name.is_none() {
+                    "DEALLOCATE ALL"
+                } else {
+                    "DEALLOCATE"
+                }))
+            }
+            Prepared::PrepareSql { name, stmt } => {
+                let mut named = self.named.lock();
+                if named.contains_key(name) {
+                    return Err(PgError::new(
+                        "42P05",
+                        format!("prepared statement \"{name}\" already exists"),
+                    ));
+                }
+                named.insert(name.clone(), (**stmt).clone());
+                Response::Execution(Tag::new("PREPARE"))
+            }
+            Prepared::ExecuteSql { name, args } => {
+                let stmt = self.named.lock().get(name).cloned().ok_or_else(|| {
+                    PgError::new(
+                        "26000",
+                        format!("prepared statement \"{name}\" does not exist"),
+                    )
+                })?;
+                let types = stmt.param_types();
+                if args.len() != types.len() {
+                    return Err(PgError::new(
+                        "42601",
+                        format!("wrong number of parameters for prepared statement \"{name}\""),
+                    )
+                    .detail(format!(
+                        "Expected {} parameters but got {}.",
+                        types.len(),
+                        args.len()
+                    )));
+                }
+                let params = args
+                    .iter()
+                    .zip(types)
+                    .map(|(a, t)| constant_param(a, *t))
+                    .collect::<Result<Vec<_>, _>>()?;
+                return Box::pin(self.run_statement(client, &stmt, &params, format, guard)).await;
             }
             Prepared::CopyIn {
                 plan,
@@ -1697,6 +1805,10 @@ async fn resolve(planner: &Planner, cell: &EngineCell, p: Prepared) -> Result<Pr
                 explain,
             })
         }
+        Prepared::PrepareSql { name, stmt } => Ok(Prepared::PrepareSql {
+            name,
+            stmt: Box::new(Box::pin(resolve(planner, cell, *stmt)).await?),
+        }),
         Prepared::Declare {
             name,
             query: CursorQuery::EngineSql { sql, reason },
@@ -1748,17 +1860,7 @@ impl QueryParser for StatementParser {
     }
 
     fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
-        Ok(match stmt {
-            Prepared::Select(s) | Prepared::Explain { select: s, .. } => {
-                s.param_types.iter().map(|t| pg_type(*t)).collect()
-            }
-            Prepared::Write(w) => w.param_types.iter().map(|t| pg_type(*t)).collect(),
-            Prepared::Engine { plan, .. } => plan.param_types.iter().map(|t| pg_type(*t)).collect(),
-            Prepared::Declare { query, .. } => {
-                query.param_types().iter().map(|t| pg_type(*t)).collect()
-            }
-            _ => Vec::new(),
-        })
+        Ok(stmt.param_types().iter().map(|t| pg_type(*t)).collect())
     }
 
     fn get_result_schema(
@@ -1790,6 +1892,43 @@ impl QueryParser for StatementParser {
 /// Decodes parameter `i` of a portal as the SQL type the planner inferred,
 /// honouring the type the client declared (tokio-postgres and JDBC bind
 /// typed values; psql and simple drivers send text).
+/// An EXECUTE parameter: a constant (number, string, boolean, NULL,
+/// possibly negated or cast), read as the statement's parameter type.
+fn constant_param(e: &ast::Expr, want: SqlType) -> Result<Option<Value>, PgError> {
+    fn text(e: &ast::Expr) -> Result<Option<String>, PgError> {
+        Ok(match e {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Null => None,
+                ast::Value::Number(n, _) => Some(n.clone()),
+                ast::Value::SingleQuotedString(s) => Some(s.clone()),
+                ast::Value::Boolean(b) => Some(b.to_string()),
+                other => {
+                    return Err(PgError::new(
+                        "0A000",
+                        format!("EXECUTE parameter {other} is not supported"),
+                    ));
+                }
+            },
+            ast::Expr::UnaryOp {
+                op: ast::UnaryOperator::Minus,
+                expr,
+            } => text(expr)?.map(|t| format!("-{t}")),
+            ast::Expr::Cast { expr, .. } | ast::Expr::Nested(expr) => text(expr)?,
+            other => {
+                return Err(PgError::new(
+                    "0A000",
+                    format!("EXECUTE parameter {other} is not a constant"),
+                )
+                .hint("pass constants: numbers, 'strings', true/false or NULL"));
+            }
+        })
+    }
+    match text(e)? {
+        None => Ok(None),
+        Some(t) => want.parse_text(&t).map(Some).map_err(|e| PgError::from(&e)),
+    }
+}
+
 fn decode_param(
     portal: &Portal<Prepared>,
     i: usize,
@@ -2038,13 +2177,7 @@ impl ExtendedQueryHandler for ConnHandler {
         {
             return Ok(error(PgError::aborted()));
         }
-        let param_types: &[SqlType] = match p {
-            Prepared::Select(s) | Prepared::Explain { select: s, .. } => &s.param_types,
-            Prepared::Write(w) => &w.param_types,
-            Prepared::Engine { plan, .. } => &plan.param_types,
-            Prepared::Declare { query, .. } => query.param_types(),
-            _ => &[],
-        };
+        let param_types = p.param_types();
         // Format codes: none, one for all, or one each (PostgreSQL's rule).
         let codes_ok = |f: &Format, n: usize| match f {
             Format::Individual(v) => v.len() == n,

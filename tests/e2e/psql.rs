@@ -216,3 +216,65 @@ fn psql_describes_tables_databases_and_schemas() {
         "{out}"
     );
 }
+
+/// SQL-level PREPARE / EXECUTE / DEALLOCATE, as psql users write them: a
+/// point query, an aggregate (the analytics engine) and an INSERT, with
+/// PostgreSQL's errors for a missing, duplicate or wrongly called statement.
+#[test]
+fn psql_prepare_and_execute() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "2"]);
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "\\set VERBOSITY verbose",
+            "PREPARE one AS SELECT name, age FROM registrations WHERE race = $1 AND runner LIKE $2",
+            &format!("EXECUTE one('{NYC}', 'BIB:00001%')"),
+            "PREPARE per_race (text) AS SELECT count(*) FROM registrations WHERE race = $1",
+            &format!("EXECUTE per_race('{NYC}')"),
+            "CREATE TABLE notes (k text, r text, n int, PRIMARY KEY (k, r))",
+            "PREPARE add AS INSERT INTO notes VALUES ($1, $2, $3)",
+            "EXECUTE add('a', 'x', -7)",
+            "EXECUTE add('a', 'y', NULL)",
+            "SELECT r, n FROM notes WHERE k = 'a'",
+            "DEALLOCATE add",
+        ],
+    );
+    assert!(ok, "{err}");
+    let blocks: Vec<&str> = out.split("\n\n").collect();
+    assert!(out.contains("(1 row)"), "{out}");
+    assert!(
+        out.contains(" 4\n"),
+        "two runners, BIB: and AGE: rows: {out}"
+    );
+    assert!(
+        out.contains(" x | -7") && out.contains(" y |   "),
+        "{blocks:?}"
+    );
+    for (commands, code) in [
+        (vec!["EXECUTE nope"], "26000"),
+        (vec!["DEALLOCATE gone", "EXECUTE gone"], "26000"),
+        (
+            vec!["PREPARE d AS SELECT 1", "PREPARE d AS SELECT 2"],
+            "42P05",
+        ),
+        (
+            vec![
+                "PREPARE p2 AS SELECT * FROM registrations WHERE race = $1",
+                "EXECUTE p2",
+            ],
+            "42601",
+        ),
+        (
+            vec![
+                "PREPARE p3 AS SELECT * FROM registrations WHERE race = $1 AND age = $2",
+                "EXECUTE p3('x', 'old')",
+            ],
+            "22P02",
+        ),
+    ] {
+        let mut all = vec!["\\set VERBOSITY verbose"];
+        all.extend(commands.iter().copied());
+        let (_, err, ok) = psql(&s, &all);
+        assert!(!ok && err.contains(code), "{commands:?}: {err}");
+    }
+}
