@@ -117,6 +117,19 @@ pub enum Prepared {
         /// The statement, planned once.
         stmt: Box<Prepared>,
     },
+    /// EXPLAIN [ANALYZE] EXECUTE name [(constants)]: the plan of the
+    /// prepared statement with these parameters (their class is decided at
+    /// bind time, so it can differ from one call to the next).
+    ExplainExecute {
+        /// The prepared statement's name.
+        name: String,
+        /// Its parameters, as constant expressions.
+        args: Vec<ast::Expr>,
+        /// ANALYZE: run it too.
+        analyze: bool,
+        /// FORMAT JSON.
+        json: bool,
+    },
     /// EXECUTE name [(constants)].
     ExecuteSql {
         /// The prepared statement's name.
@@ -509,6 +522,25 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
         Statement::Deallocate { name, .. } => Prepared::Deallocate(
             (!name.value.eq_ignore_ascii_case("all")).then(|| cursor_name(name)),
         ),
+        Statement::Explain { statement, .. }
+            if matches!(**statement, Statement::Execute { .. }) =>
+        {
+            let (analyze, json) = tablegate_planner::explain_flags(stmt).map_err(plan_err)?;
+            match prepare(planner, statement, sql)? {
+                Prepared::ExecuteSql { name, args } => Prepared::ExplainExecute {
+                    name,
+                    args,
+                    analyze,
+                    json,
+                },
+                _ => {
+                    return Err(PgError::new(
+                        "42601",
+                        "EXPLAIN EXECUTE needs a statement name",
+                    ));
+                }
+            }
+        }
         Statement::Prepare {
             name, statement, ..
         } => {
@@ -927,6 +959,39 @@ impl ConnHandler {
         result
     }
 
+    /// A SQL-level prepared statement and its EXECUTE parameters, typed by
+    /// the statement.
+    fn named_call(
+        &self,
+        name: &str,
+        args: &[ast::Expr],
+    ) -> Result<(Prepared, Vec<Option<Value>>), PgError> {
+        let stmt = self.named.lock().get(name).cloned().ok_or_else(|| {
+            PgError::new(
+                "26000",
+                format!("prepared statement \"{name}\" does not exist"),
+            )
+        })?;
+        let types = stmt.param_types();
+        if args.len() != types.len() {
+            return Err(PgError::new(
+                "42601",
+                format!("wrong number of parameters for prepared statement \"{name}\""),
+            )
+            .detail(format!(
+                "Expected {} parameters but got {}.",
+                types.len(),
+                args.len()
+            )));
+        }
+        let params = args
+            .iter()
+            .zip(types)
+            .map(|(a, t)| constant_param(a, *t))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((stmt, params))
+    }
+
     async fn run_statement<C>(
         &self,
         client: &mut C,
@@ -1256,30 +1321,40 @@ impl ConnHandler {
                 Response::Execution(Tag::new("PREPARE"))
             }
             Prepared::ExecuteSql { name, args } => {
-                let stmt = self.named.lock().get(name).cloned().ok_or_else(|| {
-                    PgError::new(
-                        "26000",
-                        format!("prepared statement \"{name}\" does not exist"),
-                    )
-                })?;
-                let types = stmt.param_types();
-                if args.len() != types.len() {
-                    return Err(PgError::new(
-                        "42601",
-                        format!("wrong number of parameters for prepared statement \"{name}\""),
-                    )
-                    .detail(format!(
-                        "Expected {} parameters but got {}.",
-                        types.len(),
-                        args.len()
-                    )));
-                }
-                let params = args
-                    .iter()
-                    .zip(types)
-                    .map(|(a, t)| constant_param(a, *t))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let (stmt, params) = self.named_call(name, args)?;
                 return Box::pin(self.run_statement(client, &stmt, &params, format, guard)).await;
+            }
+            Prepared::ExplainExecute {
+                name,
+                args,
+                analyze,
+                json,
+            } => {
+                let (stmt, params) = self.named_call(name, args)?;
+                let explain = match stmt {
+                    Prepared::Select(select) => Prepared::Explain {
+                        analyze: *analyze,
+                        json: *json,
+                        select,
+                        write: None,
+                    },
+                    Prepared::Engine {
+                        plan,
+                        explain: None,
+                    } => Prepared::Engine {
+                        plan,
+                        explain: Some(*analyze),
+                    },
+                    _ => {
+                        return Err(PgError::new(
+                            "0A000",
+                            format!("EXPLAIN EXECUTE of \"{name}\" is not supported"),
+                        )
+                        .hint("EXPLAIN EXECUTE shows prepared queries; EXPLAIN the write itself"));
+                    }
+                };
+                return Box::pin(self.run_statement(client, &explain, &params, format, guard))
+                    .await;
             }
             Prepared::CopyIn {
                 plan,

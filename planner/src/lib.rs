@@ -200,36 +200,8 @@ impl Planner {
     pub fn plan(&self, stmt: &Statement, sql: &str) -> Result<Plan> {
         Ok(match stmt {
             Statement::Query(q) => Plan::Select(Arc::new(plan::plan_query(&self.catalog, q, sql)?)),
-            Statement::Explain {
-                analyze,
-                statement,
-                format,
-                options,
-                ..
-            } => {
-                let mut analyze = *analyze;
-                let mut json = matches!(
-                    format,
-                    Some(ast::AnalyzeFormatKind::Keyword(ast::AnalyzeFormat::JSON))
-                        | Some(ast::AnalyzeFormatKind::Assignment(ast::AnalyzeFormat::JSON))
-                );
-                for o in options.iter().flatten() {
-                    let name = o.name.value.to_ascii_lowercase();
-                    let arg = o.arg.as_ref().map(|a| a.to_string().to_ascii_lowercase());
-                    match (name.as_str(), arg.as_deref()) {
-                        ("analyze", None | Some("true" | "on" | "1")) => analyze = true,
-                        ("analyze", Some(_)) => analyze = false,
-                        ("format", Some("json")) => json = true,
-                        ("format", Some("text")) => json = false,
-                        ("format", Some(f)) => {
-                            return Err(PlanError::Unsupported {
-                                feature: format!("EXPLAIN format {f}"),
-                                hint: "use FORMAT TEXT or FORMAT JSON".into(),
-                            });
-                        }
-                        _ => {}
-                    }
-                }
+            Statement::Explain { statement, .. } => {
+                let (analyze, json) = explain_flags(stmt)?;
                 let write = |kind: &'static str, w: WritePlan| -> Result<Plan> {
                     if analyze {
                         return Err(PlanError::Unsupported {
@@ -528,4 +500,43 @@ fn parse_position(sql: &str, message: &str) -> Option<usize> {
         .parse()
         .ok()?;
     expr::char_position(sql, sqlparser::tokenizer::Location { line, column })
+}
+
+/// An EXPLAIN's `ANALYZE` and `FORMAT JSON` flags, from either syntax
+/// (`EXPLAIN ANALYZE ...` or `EXPLAIN (ANALYZE, FORMAT JSON) ...`); false
+/// for any other statement.
+pub fn explain_flags(stmt: &Statement) -> Result<(bool, bool)> {
+    let Statement::Explain {
+        analyze,
+        format,
+        options,
+        ..
+    } = stmt
+    else {
+        return Ok((false, false));
+    };
+    let mut analyze = *analyze;
+    let mut json = matches!(
+        format,
+        Some(ast::AnalyzeFormatKind::Keyword(ast::AnalyzeFormat::JSON))
+            | Some(ast::AnalyzeFormatKind::Assignment(ast::AnalyzeFormat::JSON))
+    );
+    for o in options.iter().flatten() {
+        let name = o.name.value.to_ascii_lowercase();
+        let arg = o.arg.as_ref().map(|a| a.to_string().to_ascii_lowercase());
+        match (name.as_str(), arg.as_deref()) {
+            ("analyze", None | Some("true" | "on" | "1")) => analyze = true,
+            ("analyze", Some(_)) => analyze = false,
+            ("format", Some("json")) => json = true,
+            ("format", Some("text")) => json = false,
+            ("format", Some(f)) => {
+                return Err(PlanError::Unsupported {
+                    feature: format!("EXPLAIN format {f}"),
+                    hint: "use FORMAT TEXT or FORMAT JSON".into(),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok((analyze, json))
 }

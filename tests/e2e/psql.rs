@@ -237,6 +237,12 @@ fn psql_prepare_and_execute() {
             "EXECUTE add('a', 'y', NULL)",
             "SELECT r, n FROM notes WHERE k = 'a'",
             "DEALLOCATE add",
+            // Parameters are bound before classification: the spans show
+            // the values (LIKE's `_` is a wildcard, so a prefix span).
+            "PREPARE look AS SELECT name FROM registrations WHERE race = $1 AND runner LIKE $2",
+            &format!("EXPLAIN EXECUTE look('{NYC}', 'BIB:00001__x')"),
+            "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE look('2026%', 'BIB:%')",
+            &format!("EXPLAIN ANALYZE EXECUTE per_race('{NYC}')"),
         ],
     );
     assert!(ok, "{err}");
@@ -249,6 +255,19 @@ fn psql_prepare_and_execute() {
     assert!(
         out.contains(" x | -7") && out.contains(" y |   "),
         "{blocks:?}"
+    );
+    assert!(out.contains("Class: row-range "), "{out}");
+    assert!(
+        out.contains("RowKey >= 'BIB:00001' AND RowKey < 'BIB:00002'"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\"Class\": \"row-range\"") && out.contains("\"Actual Entities Scanned\": 0"),
+        "no race named '2026%': {out}"
+    );
+    assert!(
+        out.contains("StoreScanExec") || out.contains("Store Scan"),
+        "the aggregate's engine plan: {out}"
     );
     for (commands, code) in [
         (vec!["EXECUTE nope"], "26000"),
