@@ -520,7 +520,7 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
             }
         }
         Statement::Deallocate { name, .. } => Prepared::Deallocate(
-            (!name.value.eq_ignore_ascii_case("all")).then(|| cursor_name(name)),
+            (!name.value.eq_ignore_ascii_case("all")).then(|| tablegate_planner::expr::fold(name)),
         ),
         Statement::Explain { statement, .. }
             if matches!(**statement, Statement::Execute { .. }) =>
@@ -551,7 +551,7 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
             // the extended protocol; declared types are not needed.
             let inner = statement.to_string();
             Prepared::PrepareSql {
-                name: cursor_name(name),
+                name: tablegate_planner::expr::fold(name),
                 stmt: Box::new(prepare(planner, statement, &inner)?),
             }
         }

@@ -8,18 +8,11 @@ use std::time::Duration;
 
 use tokio_postgres::NoTls;
 
+use super::rng::Rng;
 use super::server::TestServer;
 
-/// A deterministic byte source.
-struct Rng(u64);
-
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
+    /// `n` deterministic bytes.
     fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }

@@ -5,6 +5,7 @@
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 use super::pgref::PgRef;
+use super::rng::Rng;
 use super::server::TestServer;
 
 const SCHEMA: &[&str] = &[
@@ -90,13 +91,8 @@ const QUERIES: &[&str] = &[
 
 /// The data: a small PRNG, the same rows in both databases.
 fn rows() -> (Vec<String>, Vec<String>) {
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || rng.next();
     let races = [
         ("berlin", "Berlin Marathon", 42.195),
         ("boston", "Boston Marathon", 42.195),

@@ -59,6 +59,7 @@ use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 use super::pgref::PgRef;
+use super::rng::Rng;
 use super::server::TestServer;
 
 const SCHEMA: &str = "CREATE TABLE vals (pk text, rk text, n int, big bigint, \
@@ -166,13 +167,8 @@ const QUERIES: &[&str] = &[
 
 /// A small PRNG: the same rows in both databases.
 fn rows() -> Vec<String> {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut next = move || rng.next();
     let texts = [
         "ana",
         "a b",

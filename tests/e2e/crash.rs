@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::SinkExt;
 use tokio_postgres::NoTls;
 
+use super::rng::Rng;
 use super::server::TestServer;
 
 /// A statement the client sent: its rows by PartitionKey (each
@@ -21,13 +22,8 @@ struct Sent {
 #[tokio::test]
 async fn acknowledged_copy_and_insert_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut next = move || rng.next();
     let mut sent: Vec<Sent> = Vec::new();
     for round in 0..4 {
         let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);

@@ -14,6 +14,7 @@ mod driver;
 mod pgref;
 mod product;
 mod psql;
+mod rng;
 mod server;
 mod tls_driver;
 mod write_diff;

@@ -58,12 +58,19 @@ impl TestServer {
         let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = lines.clone();
         std::thread::spawn(move || {
+            let mut port = None;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if let Some(addr) = line.strip_prefix("tablegate listening on ") {
-                    let _ = tx.send(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+                    port = addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
                 }
+                let last = line.starts_with("connect with: ");
                 seen.lock().unwrap().push(line);
+                // Ready once the start-up banner is complete (its last line
+                // stored), so tests that read it see all of it.
+                if last && let Some(p) = port {
+                    let _ = tx.send(p);
+                }
             }
         });
         let port = rx

@@ -14,6 +14,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
 
 use super::pgref::PgRef;
+use super::rng::Rng;
 use super::server::TestServer;
 
 /// `kvt`, not `kv`: table names have at least 3 characters in the store.
@@ -29,18 +30,7 @@ const RKS: u64 = 20;
 
 type Row = (String, String, Option<i32>, Option<String>, Option<f64>);
 
-struct Rng(u64);
-
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
     /// True with probability `num / den`.
     fn chance(&mut self, num: u64, den: u64) -> bool {
         self.below(den) < num
