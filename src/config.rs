@@ -15,7 +15,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// Data directory (created if missing).
+    /// Where tables live: `embedded` (the data directory) or `azure` (a
+    /// storage account, or Azurite, through the Table service REST API).
+    pub backend: String,
+    /// Data directory (created if missing; the embedded backend only).
     pub data: PathBuf,
     /// Address to listen on.
     pub listen: SocketAddr,
@@ -35,11 +38,24 @@ pub struct Settings {
     pub auth: Auth,
     /// TLS; required for every connection when set.
     pub tls: Option<Tls>,
+    /// The Azure backend.
+    pub azure: Azure,
+}
+
+/// `[azure]`: the storage account of `backend = "azure"`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Azure {
+    /// A storage connection string (`AccountName=...;AccountKey=...;
+    /// TableEndpoint=...`, a `SharedAccessSignature=...` one, or
+    /// `UseDevelopmentStorage=true` for Azurite).
+    pub connection_string: Option<String>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
+            backend: "embedded".to_owned(),
             data: PathBuf::from("tablegate-data"),
             listen: "127.0.0.1:5433".parse().expect("address"),
             max_connections: 100,
@@ -50,6 +66,7 @@ impl Default for Settings {
             session: SessionDefaults::default(),
             auth: Auth::default(),
             tls: None,
+            azure: Azure::default(),
         }
     }
 }
@@ -192,6 +209,14 @@ pub struct ServeArgs {
     /// Print the merged settings as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// Where tables live: embedded (the data directory) or azure (a storage
+    /// account or Azurite) [default: embedded].
+    #[arg(long, env = "TABLEGATE_BACKEND", value_parser = ["embedded", "azure"])]
+    pub backend: Option<String>,
+    /// The storage account of `--backend azure`: a connection string
+    /// (`UseDevelopmentStorage=true` for Azurite).
+    #[arg(long, env = "AZURE_STORAGE_CONNECTION_STRING", hide_env_values = true)]
+    pub azure_connection_string: Option<String>,
     /// Data directory (created if missing) [default: tablegate-data].
     #[arg(long, env = "TABLEGATE_DATA")]
     pub data: Option<PathBuf>,
@@ -269,6 +294,10 @@ impl ServeArgs {
                 }
             };
         }
+        over!(self.backend => s.backend);
+        if self.azure_connection_string.is_some() {
+            s.azure.connection_string = self.azure_connection_string.clone();
+        }
         over!(self.data => s.data);
         over!(self.listen => s.listen);
         over!(self.max_connections => s.max_connections);
@@ -301,6 +330,16 @@ impl ServeArgs {
 impl Settings {
     /// Refuses settings that cannot work, with the reason.
     pub fn check(&self) -> Result<(), String> {
+        match self.backend.as_str() {
+            "embedded" => {}
+            "azure" if self.azure.connection_string.is_none() => {
+                return Err("backend azure needs a connection string: --azure-connection-string, AZURE_STORAGE_CONNECTION_STRING or azure.connection_string (UseDevelopmentStorage=true for Azurite)".into());
+            }
+            "azure" => {}
+            other => {
+                return Err(format!("backend must be embedded or azure, not {other:?}"));
+            }
+        }
         if !matches!(self.auth.mode.as_str(), "trust" | "scram") {
             return Err(format!(
                 "auth.mode must be trust or scram, not {:?}",

@@ -148,12 +148,16 @@ pub async fn open(dir: &Path, runners: u32) -> Result<Planner, String> {
 /// Prints the demo's orientation: table layout and the queries to try
 /// (the server prints how to connect once it listens).
 pub fn describe(planner: &Planner) -> Result<(), String> {
-    let stats = planner.store().table_stats_blocking(TABLE).map_err(err)?;
+    let store = planner
+        .store()
+        .partitioned()
+        .ok_or("the demo runs on the embedded engine")?;
+    let stats = store.table_stats_blocking(TABLE).map_err(err)?;
     println!(
         "table {TABLE}: {} entities in {} partitions",
         stats.entities, stats.partitions
     );
-    for r in planner.store().ranges(TABLE).map_err(err)? {
+    for r in store.ranges(TABLE).map_err(err)? {
         println!(
             "  range partition [{:?} .. {}) on partition server {}: {} entities",
             r.lo,

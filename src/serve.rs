@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tablegate_gateway::{AuthMode, Server, ServerConfig, UserStore};
 use tablegate_planner::Planner;
-use tablegate_store::{LocalStore, PartitionedStore, StoreOptions};
+use tablegate_store::{Backend, LocalStore, PartitionedStore, StoreOptions};
 
 use crate::config::Settings;
 
@@ -16,8 +16,22 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Opens the data directory with the settings' partition layer.
+/// Opens the settings' backend: the data directory with the partition
+/// layer, or the Azure storage account.
 pub async fn open(settings: &Settings) -> Result<Planner, String> {
+    if settings.backend == "azure" {
+        let conn = settings
+            .azure
+            .connection_string
+            .as_deref()
+            .ok_or("backend azure needs a connection string")?;
+        let store = tablegate_azure::AzureStore::connect(conn)
+            .await
+            .map_err(|e| format!("cannot reach the Azure Table service: {e}"))?;
+        return Planner::open(Backend::Remote(Arc::new(store)))
+            .await
+            .map_err(err);
+    }
     let local = LocalStore::open(&settings.data, StoreOptions::default()).map_err(|e| {
         format!(
             "cannot open data directory {}: {e}",
@@ -47,8 +61,9 @@ async fn shutdown_signal() {
 pub async fn bind(planner: Planner, settings: &Settings) -> Result<Server, String> {
     let auth = match settings.auth.mode.as_str() {
         "scram" => {
-            let system = Arc::new(planner.store().local().clone());
-            let users = UserStore::open(system).await.map_err(err)?;
+            let users = UserStore::open(planner.store().system())
+                .await
+                .map_err(err)?;
             for u in &settings.auth.users {
                 users
                     .set_password(&u.name, &u.password)
@@ -81,9 +96,9 @@ pub async fn bind(planner: Planner, settings: &Settings) -> Result<Server, Strin
 
 /// Serves until Ctrl-C or SIGTERM, printing where and how to connect.
 pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> {
-    let _balancer = planner.store().spawn_balancer();
+    let _balancer = planner.store().partitioned().map(|p| p.spawn_balancer());
     if let Some(addr) = settings.metrics_listen {
-        start_metrics(addr, planner.store().clone())?;
+        start_metrics(addr, planner.store().partitioned().cloned())?;
         println!("metrics on http://{addr}/metrics");
     }
     let server = bind(planner, settings).await?;
@@ -158,7 +173,7 @@ impl Embedded {
 /// that publishes the partition layer's state (throttle counters, server
 /// load, hot partitions) every second. Statement metrics come from the
 /// gateway's telemetry.
-fn start_metrics(addr: SocketAddr, store: PartitionedStore) -> Result<(), String> {
+fn start_metrics(addr: SocketAddr, store: Option<PartitionedStore>) -> Result<(), String> {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(
@@ -177,6 +192,10 @@ fn start_metrics(addr: SocketAddr, store: PartitionedStore) -> Result<(), String
         .install()
         .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
     describe_metrics();
+    // A remote service's partition layer publishes nothing to us.
+    let Some(store) = store else {
+        return Ok(());
+    };
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {

@@ -2,9 +2,17 @@
 //! and cached in memory.
 //!
 //! CREATE TABLE creates the store table first and then records the
-//! definition; if recording fails the store table is dropped again. A store
-//! table without a definition (a crash in between) is adopted by the next
-//! CREATE TABLE of that name, which drops and recreates it.
+//! definition; if recording fails the store table is dropped again. On the
+//! embedded engine a store table without a definition can only be left over
+//! from a crash in between, so the next CREATE TABLE of that name drops and
+//! recreates it.
+//!
+//! A shared store (a storage account, opened with [`Catalog::open_shared`])
+//! holds tables other applications made: those are never dropped for a
+//! CREATE. Tables without a definition are *attached* when the catalog
+//! opens, their columns inferred from a sample of entities (each property's
+//! most frequent EDM type; keys as `partition_key` and `row_key`); and CREATE
+//! TABLE over an existing table attaches it with the declared columns.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +24,7 @@ use tablegate_store::{
 
 use crate::error::{CatalogError, Result};
 use crate::table::{Column, TableDef};
+use crate::types::SqlType;
 
 /// The system table holding definitions (hidden from users by the
 /// partition layer: the `tgsys_` prefix is reserved).
@@ -32,7 +41,18 @@ pub struct Catalog {
     data: Arc<dyn TableStore>,
     tables: RwLock<BTreeMap<String, Arc<TableDef>>>,
     ddl: tokio::sync::Mutex<()>,
+    /// Tables in `data` may belong to other applications (see the module
+    /// docs): never drop one to adopt it.
+    shared: bool,
 }
+
+/// The key columns of an attached table.
+pub const ATTACHED_PK: &str = "partition_key";
+/// See [`ATTACHED_PK`].
+pub const ATTACHED_RK: &str = "row_key";
+
+/// Entities read to infer an attached table's columns.
+pub const ATTACH_SAMPLE: usize = 1000;
 
 /// What CREATE TABLE did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +98,60 @@ impl Catalog {
             data,
             tables: RwLock::new(tables),
             ddl: tokio::sync::Mutex::new(()),
+            shared: false,
         })
+    }
+
+    /// Opens the catalog over a shared store (a storage account) and
+    /// attaches its tables that have no definition yet.
+    pub async fn open_shared(
+        system: Arc<dyn TableStore>,
+        data: Arc<dyn TableStore>,
+    ) -> Result<Catalog> {
+        let mut c = Catalog::open(system, data).await?;
+        c.shared = true;
+        for t in c.data.list_tables().await? {
+            if c.table(&t.name).is_err()
+                && let Err(e) = c.attach(&t.name).await
+            {
+                // One unreadable table must not keep the others away.
+                tracing::warn!(table = %t.name, error = %e, "cannot attach table");
+            }
+        }
+        Ok(c)
+    }
+
+    /// Records a definition for an existing store table, its columns
+    /// inferred from the first [`ATTACH_SAMPLE`] entities.
+    async fn attach(&self, name: &str) -> Result<Arc<TableDef>> {
+        let page = self
+            .data
+            .query(
+                name,
+                &Query::full_scan(),
+                &PageRequest::first(ATTACH_SAMPLE),
+            )
+            .await?;
+        let mut columns = vec![Column::key(ATTACHED_PK), Column::key(ATTACHED_RK)];
+        for (prop, ty) in infer_columns(&page.entities) {
+            columns.push(Column {
+                name: prop,
+                ty,
+                not_null: false,
+                default: None,
+            });
+        }
+        let def = TableDef::new(
+            name,
+            columns,
+            &[ATTACHED_PK.to_owned(), ATTACHED_RK.to_owned()],
+        )?;
+        self.record(&def).await?;
+        let def = Arc::new(def);
+        self.tables
+            .write()
+            .insert(name.to_ascii_lowercase(), def.clone());
+        Ok(def)
     }
 
     /// The store user tables live in.
@@ -124,6 +197,14 @@ impl Catalog {
         }
         match self.data.create_table(&def.name).await {
             Ok(_) => {}
+            // Someone else's table: attach it with the declared columns.
+            Err(StoreError::TableExists { .. }) if self.shared => {
+                self.record(&def).await?;
+                self.tables
+                    .write()
+                    .insert(def.name.to_ascii_lowercase(), Arc::new(def));
+                return Ok(Created::Created);
+            }
             Err(StoreError::TableExists { .. }) => {
                 // Left over from a crash between the two steps: adopt it.
                 self.data.drop_table(&def.name).await?;
@@ -191,5 +272,77 @@ impl Catalog {
             .write()
             .insert(new.name.to_ascii_lowercase(), Arc::new(new));
         Ok(true)
+    }
+}
+
+/// Each property of a sample with the SQL type of its most frequent EDM
+/// type (ties: the type named first in EDM order), by property name.
+/// Properties whose names cannot be columns (`timestamp`, `etag`, the key
+/// column names, non-identifiers) are left out.
+pub fn infer_columns(sample: &[tablegate_store::Entity]) -> Vec<(String, SqlType)> {
+    let mut seen: BTreeMap<&str, BTreeMap<tablegate_store::EdmType, usize>> = BTreeMap::new();
+    for e in sample {
+        for (k, v) in &e.properties {
+            *seen.entry(k).or_default().entry(v.edm_type()).or_default() += 1;
+        }
+    }
+    seen.into_iter()
+        .filter(|(k, _)| {
+            let lower = k.to_ascii_lowercase();
+            !matches!(
+                lower.as_str(),
+                "timestamp" | "etag" | ATTACHED_PK | ATTACHED_RK
+            ) && crate::table::check_column_name(k).is_ok()
+        })
+        .filter_map(|(k, types)| {
+            let best = types.values().copied().max()?;
+            let edm = types.into_iter().find(|(_, n)| *n == best)?.0;
+            Some((k.to_owned(), SqlType::from_edm(edm)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tablegate_store::{DateTime, Entity};
+
+    fn entity(props: &[(&str, Value)]) -> Entity {
+        Entity {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+            timestamp: DateTime(0),
+            etag: None,
+            properties: props
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn inferred_columns_take_the_most_frequent_type() {
+        let sample = [
+            entity(&[
+                ("Age", Value::Int32(3)),
+                ("Name", Value::String("a".into())),
+            ]),
+            entity(&[("Age", Value::Int32(4)), ("etag", Value::Boolean(true))]),
+            entity(&[
+                ("Age", Value::String("old".into())),
+                ("When", Value::DateTime(DateTime(1))),
+            ]),
+            entity(&[("row_key", Value::Int64(1)), ("Odd", Value::Double(1.0))]),
+        ];
+        assert_eq!(
+            infer_columns(&sample),
+            vec![
+                ("Age".to_owned(), SqlType::Int4),
+                ("Name".to_owned(), SqlType::Text),
+                ("Odd".to_owned(), SqlType::Float8),
+                ("When".to_owned(), SqlType::Timestamptz),
+            ]
+        );
+        assert!(infer_columns(&[]).is_empty());
     }
 }

@@ -31,6 +31,18 @@ pub struct Column {
     pub default: Option<ColumnDefault>,
 }
 
+impl Column {
+    /// A key column (TEXT NOT NULL, no default).
+    pub fn key(name: &str) -> Column {
+        Column {
+            name: name.to_owned(),
+            ty: SqlType::Text,
+            not_null: true,
+            default: None,
+        }
+    }
+}
+
 /// A column's DEFAULT. Deliberately limited to what needs no expression
 /// engine: a constant, the current time, a random UUID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -348,7 +360,7 @@ impl TableDef {
     }
 }
 
-fn check_column_name(name: &str) -> Result<()> {
+pub(crate) fn check_column_name(name: &str) -> Result<()> {
     if name == TIMESTAMP_COLUMN || name == ETAG_COLUMN {
         return Err(CatalogError::InvalidColumnName {
             column: name.to_owned(),
@@ -463,6 +475,7 @@ mod tests {
             partition_key: "NYC".into(),
             row_key: "BIB:1".into(),
             timestamp: tablegate_store::DateTime(0),
+            etag: None,
             properties: Default::default(),
         };
         e.properties

@@ -86,6 +86,21 @@ impl SqlType {
         }
     }
 
+    /// The SQL type a property of this EDM type reads as (DateTime as
+    /// TIMESTAMPTZ: the service's times are UTC instants).
+    pub fn from_edm(edm: EdmType) -> SqlType {
+        match edm {
+            EdmType::String => SqlType::Text,
+            EdmType::Int32 => SqlType::Int4,
+            EdmType::Int64 => SqlType::Int8,
+            EdmType::Double => SqlType::Float8,
+            EdmType::Boolean => SqlType::Bool,
+            EdmType::DateTime => SqlType::Timestamptz,
+            EdmType::Guid => SqlType::Uuid,
+            EdmType::Binary => SqlType::Bytea,
+        }
+    }
+
     /// PostgreSQL's name for the type (as `format_type` shows it).
     pub fn pg_name(self) -> &'static str {
         match self {

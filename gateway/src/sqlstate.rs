@@ -144,6 +144,11 @@ impl From<&StoreError> for PgError {
             StoreError::Timeout(_) => PgError::new("53000", m).hint("back off and retry"),
             StoreError::Corrupt(_) => PgError::new("XX001", m),
             StoreError::Engine(_) => PgError::new("58030", m),
+            StoreError::Remote { status: Some(401 | 403), .. } => PgError::new("42501", m)
+                .hint("check the account key, or the SAS token's permissions and expiry"),
+            StoreError::Remote { status: None, .. } => PgError::new("58000", m)
+                .hint("the table service could not be reached; check the endpoint and the network"),
+            StoreError::Remote { .. } => PgError::new("58000", m),
         }
     }
 }

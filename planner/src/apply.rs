@@ -17,8 +17,7 @@
 use tablegate_catalog::{ColumnRef, Role, TableDef};
 use tablegate_store::partition::retry::{RetryStats, with_retry};
 use tablegate_store::{
-    Entity, EntityWrite, IfMatch, Operation, PartitionedStore, StoreError, TableStore, Value,
-    limits,
+    Backend, Entity, EntityWrite, IfMatch, Operation, StoreError, TableStore, Value, limits,
 };
 
 use crate::error::{PlanError, Result};
@@ -66,7 +65,7 @@ const MAX_ATTEMPTS: usize = 8;
 
 /// A write statement with its parameters, ready to run.
 struct Runner<'a> {
-    store: &'a PartitionedStore,
+    store: &'a Backend,
     plan: &'a WritePlan,
     params: &'a [Option<Value>],
     opts: &'a ExecOptions,
@@ -76,7 +75,7 @@ struct Runner<'a> {
 
 /// Runs a write. `txn` is the open transaction, if any.
 pub async fn run(
-    store: &PartitionedStore,
+    store: &Backend,
     plan: &WritePlan,
     params: &[Option<Value>],
     txn: Option<&mut Transaction>,
@@ -146,7 +145,7 @@ pub async fn run(
 /// Inserts rows that are already values (COPY FROM): `plan` is an INSERT
 /// of every column (its source is ignored).
 pub async fn insert_rows(
-    store: &PartitionedStore,
+    store: &Backend,
     plan: &WritePlan,
     rows: Vec<Row>,
     txn: Option<&mut Transaction>,

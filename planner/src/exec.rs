@@ -17,10 +17,10 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
 use parking_lot::Mutex;
-use tablegate_catalog::{SqlType, TableDef};
+use tablegate_catalog::{Role, SqlType, TableDef};
 use tablegate_store::partition::retry::{RetryStats, with_retry};
 use tablegate_store::partition::scan::ScanOptions;
-use tablegate_store::{Entity, PartitionedStore, RetryPolicy, TableStore, Value};
+use tablegate_store::{Backend, Entity, RetryPolicy, TableStore, Value};
 use tokio::sync::mpsc;
 
 use crate::error::{PlanError, Result};
@@ -145,7 +145,7 @@ fn check_native(b: &BoundSelect, opts: &ExecOptions) -> Result<()> {
 }
 
 /// Starts a bound SELECT on the native path.
-pub fn execute(store: &PartitionedStore, b: &BoundSelect, opts: &ExecOptions) -> Result<RowStream> {
+pub fn execute(store: &Backend, b: &BoundSelect, opts: &ExecOptions) -> Result<RowStream> {
     check_native(b, opts)?;
     let cols: Vec<_> = b.plan.columns.iter().map(|c| c.column.clone()).collect();
     let schema = TableDef::arrow_schema(&cols);
@@ -197,11 +197,7 @@ impl EntityStream {
 }
 
 /// Starts a bound SELECT that yields whole entities instead of rows.
-pub fn scan_entities(
-    store: &PartitionedStore,
-    b: &BoundSelect,
-    opts: &ExecOptions,
-) -> Result<EntityStream> {
+pub fn scan_entities(store: &Backend, b: &BoundSelect, opts: &ExecOptions) -> Result<EntityStream> {
     check_native(b, opts)?;
     let (tx, rx) = mpsc::channel(2);
     spawn(Task {
@@ -240,7 +236,7 @@ impl Out {
 }
 
 struct Task {
-    store: PartitionedStore,
+    store: Backend,
     b: BoundSelect,
     opts: ExecOptions,
     out: Out,
@@ -438,7 +434,17 @@ impl Task {
         let (start, len) = window.take(rows.len());
         if len > 0 {
             let rows = &rows[start..start + len];
-            self.actuals.lock().returned += len as u64;
+            let mismatches = match self.store {
+                // Only a remote table has other writers, who may store a
+                // property with another type than the column's.
+                Backend::Remote(_) => type_mismatches(&self.b.plan.columns, rows),
+                Backend::Embedded(_) => 0,
+            };
+            {
+                let mut a = self.actuals.lock();
+                a.returned += len as u64;
+                a.type_mismatches += mismatches;
+            }
             let sent = match &self.out {
                 Out::Batches(schema, tx) => {
                     let batch = to_batch(&self.b.plan.table, &self.b.plan.columns, rows, schema)?;
@@ -452,6 +458,23 @@ impl Task {
         }
         Ok(!window.done())
     }
+}
+
+/// Property values present in `rows` whose EDM type the column does not
+/// accept (they read as NULL).
+fn type_mismatches(columns: &[OutputColumn], rows: &[Entity]) -> u64 {
+    let mut n = 0;
+    for c in columns.iter().filter(|c| c.column.role == Role::Property) {
+        n += rows
+            .iter()
+            .filter(|e| {
+                e.properties
+                    .get(&c.column.name)
+                    .is_some_and(|v| !c.column.ty.accepts(v))
+            })
+            .count() as u64;
+    }
+    n
 }
 
 fn key(e: &Entity) -> (&str, &str) {

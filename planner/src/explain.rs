@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tablegate_store::partition::Targets;
-use tablegate_store::{PartitionedStore, Query};
+use tablegate_store::{Backend, Query};
 
 use crate::error::Result;
 use crate::keys::{AccessClass, equality_columns, render_spans, selectivity};
@@ -45,6 +45,12 @@ pub struct Estimate {
     pub min_time: Duration,
     /// Entities in the largest partition touched.
     pub largest_partition: u64,
+    /// The backend keeps no statistics (a remote table service): the
+    /// counts above are zero and EXPLAIN prints "unknown".
+    pub unknown: bool,
+    /// What a remote backend sends for this access (filter, projection,
+    /// what is finished locally); empty on the embedded engine.
+    pub backend: Vec<String>,
 }
 
 impl Estimate {
@@ -79,6 +85,9 @@ pub struct Actuals {
     pub backoff: Duration,
     /// Wall time.
     pub elapsed: Duration,
+    /// Property values read as NULL because another writer stored them
+    /// with a different EDM type than the column's (remote tables only).
+    pub type_mismatches: u64,
 }
 
 /// The store query a bound access sends (spans, filter, projection).
@@ -95,7 +104,7 @@ pub fn store_query(b: &BoundSelect) -> Query {
 }
 
 /// Estimates a bound access against the store's statistics.
-pub fn estimate(store: &PartitionedStore, b: &BoundSelect, page_size: usize) -> Result<Estimate> {
+pub fn estimate(store: &Backend, b: &BoundSelect, page_size: usize) -> Result<Estimate> {
     let table = &b.plan.table.name;
     let access = &b.access;
     if access.class == AccessClass::Empty {
@@ -115,10 +124,24 @@ pub fn estimate(store: &PartitionedStore, b: &BoundSelect, page_size: usize) -> 
         1.0
     };
     let query = store_query(b);
+    if let Some(name) = store.remote_description() {
+        let mut backend = vec![name];
+        backend.extend(store.explain_query(table, &query));
+        return Ok(Estimate {
+            unknown: true,
+            backend,
+            requests: if access.class == AccessClass::Point {
+                access.spans.len() as u64
+            } else {
+                0
+            },
+            ..Estimate::default()
+        });
+    }
     let layout = store.layout(table)?;
     let mut est = Estimate::default();
     if access.class == AccessClass::Point {
-        let e = store.estimate_blocking(table, &query)?;
+        let e = store.estimate_blocking(table, &query)?.unwrap_or_default();
         est.scanned = e.scanned;
         est.partitions = e.partitions;
         est.largest_partition = e.largest_partition;
@@ -133,8 +156,14 @@ pub fn estimate(store: &PartitionedStore, b: &BoundSelect, page_size: usize) -> 
         }
         est.range_partitions = est.servers.len() as u64;
     } else {
-        for seg in store.segments(table, &query)? {
-            let e = store.estimate_blocking(table, &seg.query)?;
+        let segments = match store.partitioned() {
+            Some(p) => p.segments(table, &query)?,
+            None => Vec::new(),
+        };
+        for seg in segments {
+            let e = store
+                .estimate_blocking(table, &seg.query)?
+                .unwrap_or_default();
             let returned = (e.scanned as f64 * sel * rk_sel).round() as u64;
             est.scanned += e.scanned;
             est.returned += returned;
@@ -210,6 +239,11 @@ pub fn advice(b: &BoundSelect, est: &Estimate) -> Vec<String> {
         if let Some(col) = eq.first() {
             out.push(format!(
                 "Full scan filtered on {col}: if this query is frequent, {col} would make a better PartitionKey (or key a second copy of each row by it, the seeds' duplicate-row pattern), turning it into a point or row-range query."
+            ));
+        } else if !rk_only && est.unknown {
+            out.push(format!(
+                "Full scan: every entity of {} is read. Add a condition on {} to read fewer partitions.",
+                table.name, table.partition_key
             ));
         } else if !rk_only && b.limit.is_some() {
             out.push(format!(
@@ -336,26 +370,39 @@ pub fn render_text(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
     } else if b.offset > 0 {
         l.push(format!("  Offset: {}", b.offset));
     }
-    l.push(format!(
-        "  Estimated: partitions {}, range partitions {}, servers {}",
-        est.partitions,
-        est.range_partitions,
-        est.servers.len()
-    ));
-    l.push(format!(
-        "  Estimated: entities scanned {}, returned {} (density {:.0}%)",
-        est.scanned,
-        est.returned,
-        est.density() * 100.0
-    ));
-    l.push(format!(
-        "  Estimated: store requests {}, pages {}",
-        est.requests, est.pages
-    ));
-    l.push(format!(
-        "  Minimum time at the throttling targets: {}",
-        fmt_duration(est.min_time)
-    ));
+    if let Some((name, lines)) = est.backend.split_first() {
+        l.push(format!("  Backend: {name}"));
+        for x in lines {
+            l.push(format!("    {x}"));
+        }
+    }
+    if est.unknown {
+        l.push(
+            "  Estimated: unknown (the table service keeps no statistics tablegate can read)"
+                .to_owned(),
+        );
+    } else {
+        l.push(format!(
+            "  Estimated: partitions {}, range partitions {}, servers {}",
+            est.partitions,
+            est.range_partitions,
+            est.servers.len()
+        ));
+        l.push(format!(
+            "  Estimated: entities scanned {}, returned {} (density {:.0}%)",
+            est.scanned,
+            est.returned,
+            est.density() * 100.0
+        ));
+        l.push(format!(
+            "  Estimated: store requests {}, pages {}",
+            est.requests, est.pages
+        ));
+        l.push(format!(
+            "  Minimum time at the throttling targets: {}",
+            fmt_duration(est.min_time)
+        ));
+    }
     if let Some(x) = actual {
         l.push(format!(
             "  Actual: entities scanned {}, returned {}, pages {}, point lookups {}, continuation tokens followed {}, servers {}",
@@ -372,6 +419,12 @@ pub fn render_text(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
             fmt_duration(x.backoff),
             fmt_duration(x.elapsed)
         ));
+        if x.type_mismatches > 0 {
+            l.push(format!(
+                "  Actual: {} property values read as NULL (stored with another type than the column's)",
+                x.type_mismatches
+            ));
+        }
     }
     let adv = advice(b, est);
     if !adv.is_empty() {
@@ -409,6 +462,25 @@ pub fn render_json(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
         "Minimum Seconds At Targets": (est.min_time.as_secs_f64() * 1e6).round() / 1e6,
         "Advice": advice(b, est),
     });
+    if est.unknown {
+        for k in [
+            "Estimated Partitions",
+            "Estimated Range Partitions",
+            "Estimated Servers",
+            "Estimated Entities Scanned",
+            "Estimated Entities Returned",
+            "Estimated Density",
+            "Estimated Store Requests",
+            "Estimated Pages",
+            "Minimum Seconds At Targets",
+        ] {
+            v[k] = serde_json::Value::Null;
+        }
+    }
+    if let Some((name, lines)) = est.backend.split_first() {
+        v["Backend"] = json!(name);
+        v["Backend Requests"] = json!(lines);
+    }
     if let Some(x) = actual {
         v["Actual Entities Scanned"] = json!(x.scanned);
         v["Actual Entities Returned"] = json!(x.returned);
@@ -419,6 +491,9 @@ pub fn render_json(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
         v["Actual Throttled Retries"] = json!(x.retries);
         v["Actual Backoff Seconds"] = json!(x.backoff.as_secs_f64());
         v["Actual Elapsed Seconds"] = json!(x.elapsed.as_secs_f64());
+        if x.type_mismatches > 0 {
+            v["Actual Type Mismatches"] = json!(x.type_mismatches);
+        }
     }
     json!([{ "Plan": v }])
 }

@@ -699,11 +699,7 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
         BExpr::Not(x) => Filter::Not(Box::new(to_filter(x)?)),
         BExpr::Cmp(a, op, b) => {
             let (field, value) = field_value(a, b)?;
-            Filter::Compare {
-                field,
-                op: *op,
-                value,
-            }
+            in_column_type(a, field, *op, value)
         }
         BExpr::InList {
             expr,
@@ -711,10 +707,19 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
             negated,
         } => {
             let field = field_of(expr)?;
-            let values = list
-                .iter()
-                .map(|x| field_value(expr, x).map(|(_, v)| v))
-                .collect::<Option<Vec<_>>>()?;
+            let mut values = Vec::with_capacity(list.len());
+            for x in list {
+                let (f, v) = field_value(expr, x)?;
+                // Values no row of the column's type can equal drop out.
+                if let Filter::Compare {
+                    op: CmpOp::Eq,
+                    value,
+                    ..
+                } = in_column_type(expr, f, CmpOp::Eq, v)
+                {
+                    values.push(value);
+                }
+            }
             let f = Filter::In { field, values };
             if *negated {
                 Filter::Not(Box::new(f))
@@ -731,16 +736,8 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
             let (field, lo) = field_value(expr, low)?;
             let (_, hi) = field_value(expr, high)?;
             let f = Filter::And(vec![
-                Filter::Compare {
-                    field: field.clone(),
-                    op: CmpOp::Ge,
-                    value: lo,
-                },
-                Filter::Compare {
-                    field,
-                    op: CmpOp::Le,
-                    value: hi,
-                },
+                in_column_type(expr, field.clone(), CmpOp::Ge, lo),
+                in_column_type(expr, field, CmpOp::Le, hi),
             ]);
             if *negated {
                 Filter::Not(Box::new(f))
@@ -832,6 +829,82 @@ fn field_of(e: &BExpr) -> Option<Field> {
 
 /// A column and a literal as a store field and value. The ETag compares as
 /// the Timestamp it is derived from.
+/// `field op value` with the constant in the column's own EDM type and the
+/// same SQL meaning, three-valued logic included. SQL compares Int32, Int64
+/// and Double with one another; a remote table service compares only
+/// within one type (Azurite even fails on mixed ones), and a property
+/// stored with another type than the column's reads as NULL anyway. So
+/// `x > 2.5` on an integer column is `x > 2`, and `x = 2.5`, which no
+/// integer satisfies, is `x < MIN` (false, or unknown for NULL — exactly
+/// what `x = 2.5` is).
+fn in_column_type(col: &BExpr, field: Field, op: CmpOp, value: Value) -> Filter {
+    use tablegate_store::EdmType;
+    let cmp = |op, value| Filter::Compare {
+        field: field.clone(),
+        op,
+        value,
+    };
+    let ty = match col {
+        BExpr::Column(c) => c.ty.edm(),
+        _ => return cmp(op, value),
+    };
+    let n: i128 = match (&value, ty) {
+        (v, t) if v.edm_type() == t => return cmp(op, value),
+        (Value::Int32(i), EdmType::Double) => return cmp(op, Value::Double(f64::from(*i))),
+        (Value::Int64(i), EdmType::Double) => {
+            let d = *i as f64;
+            // Beyond 2^53 the nearest double is not the integer: keep it.
+            return if d as i128 == i128::from(*i) {
+                cmp(op, Value::Double(d))
+            } else {
+                cmp(op, value)
+            };
+        }
+        (Value::Int32(i), _) => i128::from(*i),
+        (Value::Int64(i), _) => i128::from(*i),
+        // PostgreSQL orders NaN above every number.
+        (Value::Double(d), _) if d.is_nan() => i128::MAX,
+        (Value::Double(d), _) if d.fract() == 0.0 || d.is_infinite() => *d as i128,
+        (Value::Double(d), _) => match op {
+            CmpOp::Eq | CmpOp::Ne => {
+                // No integer equals a fraction.
+                let never = op == CmpOp::Eq;
+                return in_column_type(
+                    col,
+                    field.clone(),
+                    if never { CmpOp::Lt } else { CmpOp::Ge },
+                    Value::Int64(i64::MIN),
+                );
+            }
+            // x < 2.5 ⇔ x < 3, x >= 2.5 ⇔ x >= 3; x <= 2.5 ⇔ x <= 2, x > 2.5 ⇔ x > 2.
+            CmpOp::Lt | CmpOp::Ge => d.ceil() as i128,
+            CmpOp::Le | CmpOp::Gt => d.floor() as i128,
+        },
+        _ => return cmp(op, value),
+    };
+    let (min, max, make): (i128, i128, fn(i128) -> Value) = match ty {
+        EdmType::Int32 => (i128::from(i32::MIN), i128::from(i32::MAX), |n| {
+            Value::Int32(n as i32)
+        }),
+        EdmType::Int64 => (i128::from(i64::MIN), i128::from(i64::MAX), |n| {
+            Value::Int64(n as i64)
+        }),
+        _ => return cmp(op, value),
+    };
+    if (min..=max).contains(&n) {
+        return cmp(op, make(n));
+    }
+    // Out of the column's range: the comparison holds for every value or
+    // for none; said with the smallest value, so NULL stays unknown.
+    let all = match op {
+        CmpOp::Eq => false,
+        CmpOp::Ne => true,
+        CmpOp::Lt | CmpOp::Le => n > max,
+        CmpOp::Gt | CmpOp::Ge => n < min,
+    };
+    cmp(if all { CmpOp::Ge } else { CmpOp::Lt }, make(min))
+}
+
 fn field_value(col: &BExpr, lit: &BExpr) -> Option<(Field, Value)> {
     let field = field_of(col)?;
     let value = match lit {

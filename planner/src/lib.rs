@@ -78,7 +78,7 @@ use sqlparser::ast::{self, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 use tablegate_catalog::{Catalog, Column, Created, TableDef};
-use tablegate_store::{PartitionedStore, Value};
+use tablegate_store::{Backend, Value};
 
 pub use apply::WriteOutcome;
 pub use error::{PlanError, Result, TxnRule};
@@ -150,14 +150,20 @@ pub struct DdlOutcome {
 #[derive(Debug, Clone)]
 pub struct Planner {
     catalog: Arc<Catalog>,
-    store: PartitionedStore,
+    store: Backend,
 }
 
 impl Planner {
-    /// Opens the catalog over a partitioned store.
-    pub async fn open(store: PartitionedStore) -> Result<Planner> {
-        let system = Arc::new(store.local().clone());
-        let catalog = Catalog::open(system, Arc::new(store.clone())).await?;
+    /// Opens the catalog over a backend (the embedded partitioned store, or
+    /// a remote table service).
+    pub async fn open(store: impl Into<Backend>) -> Result<Planner> {
+        let store = store.into();
+        let (system, data) = (store.system(), Arc::new(store.clone()));
+        let catalog = match store {
+            Backend::Embedded(_) => Catalog::open(system, data).await?,
+            // A storage account also holds other applications' tables.
+            Backend::Remote(_) => Catalog::open_shared(system, data).await?,
+        };
         Ok(Planner {
             catalog: Arc::new(catalog),
             store,
@@ -170,7 +176,7 @@ impl Planner {
     }
 
     /// The store.
-    pub fn store(&self) -> &PartitionedStore {
+    pub fn store(&self) -> &Backend {
         &self.store
     }
 

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use tablegate_catalog::TableDef;
 use tablegate_store::partition::retry::{RetryStats, with_retry};
 use tablegate_store::{
-    Entity, EntityWrite, IfMatch, Operation, PartitionedStore, RetryPolicy, StoreError, TableStore,
-    Value, limits,
+    Backend, Entity, EntityWrite, IfMatch, Operation, RetryPolicy, StoreError, TableStore, Value,
+    limits,
 };
 
 use crate::error::{PlanError, Result, TxnRule};
@@ -174,7 +174,7 @@ impl Transaction {
     /// deleted. A blind entry is resolved by reading the store first.
     pub async fn view(
         &mut self,
-        store: &PartitionedStore,
+        store: &Backend,
         retry: &RetryPolicy,
         pk: &str,
         rk: &str,
@@ -192,7 +192,7 @@ impl Transaction {
 
     async fn resolve(
         &mut self,
-        store: &PartitionedStore,
+        store: &Backend,
         retry: &RetryPolicy,
         table: &str,
         pk: &str,
@@ -218,7 +218,7 @@ impl Transaction {
     /// Every staged entity's view, for reads (blind entries resolved).
     pub async fn overlay(
         &mut self,
-        store: &PartitionedStore,
+        store: &Backend,
         retry: &RetryPolicy,
     ) -> Result<Option<Arc<Overlay>>> {
         let Some((table, pk)) = self.scope.clone() else {
@@ -348,7 +348,7 @@ impl Transaction {
 
     /// COMMIT: sends the staged writes as one entity-group transaction.
     /// Returns the number of operations applied.
-    pub async fn commit(self, store: &PartitionedStore, retry: &RetryPolicy) -> Result<usize> {
+    pub async fn commit(self, store: &Backend, retry: &RetryPolicy) -> Result<usize> {
         let Some((table, _)) = &self.scope else {
             return Ok(0);
         };
@@ -475,6 +475,7 @@ fn view(s: &Staged, pk: &str, rk: &str) -> Option<Entity> {
                 partition_key: pk.to_owned(),
                 row_key: rk.to_owned(),
                 timestamp: provisional(timestamp),
+                etag: None,
                 properties: out,
             })
         }
@@ -527,6 +528,7 @@ mod tests {
             partition_key: "p".into(),
             row_key: rk.into(),
             timestamp: tablegate_store::DateTime(1_000),
+            etag: None,
             properties: [("age".to_owned(), Value::Int32(1))].into(),
         }
     }

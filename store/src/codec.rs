@@ -217,6 +217,7 @@ pub(crate) fn decode_entity(
         partition_key: pk.to_owned(),
         row_key: rk.to_owned(),
         timestamp,
+        etag: None,
         properties,
     })
 }

@@ -251,6 +251,10 @@ pub struct Entity {
     pub row_key: String,
     /// Set by the store on every write; strictly increasing per entity.
     pub timestamp: Timestamp,
+    /// The version tag as a remote service issued it (Azure's ETags carry
+    /// 100 ns ticks, finer than [`Timestamp`]); `None` where the ETag is
+    /// derived from the Timestamp (the embedded engine).
+    pub etag: Option<ETag>,
     /// Non-NULL properties by name.
     pub properties: BTreeMap<String, Value>,
 }
@@ -258,7 +262,10 @@ pub struct Entity {
 impl Entity {
     /// The entity's ETag.
     pub fn etag(&self) -> ETag {
-        ETag::from_timestamp(self.timestamp)
+        match &self.etag {
+            Some(t) => t.clone(),
+            None => ETag::from_timestamp(self.timestamp),
+        }
     }
 
     /// Size by the documented formula:

@@ -257,11 +257,23 @@ pub enum StoreError {
     /// The durable engine failed (I/O, poisoned journal, ...).
     #[error("storage engine error: {0}")]
     Engine(String),
+    /// A remote table service refused a request for a reason none of the
+    /// variants above describes (authentication, permissions, a malformed
+    /// request), or could not be reached (`status` is `None`).
+    #[error("table service: {message}")]
+    Remote {
+        /// HTTP status, when a response arrived.
+        status: Option<u16>,
+        /// The service's error code (`AuthenticationFailed`, ...).
+        code: String,
+        /// The whole story.
+        message: String,
+    },
 }
 
 impl StoreError {
     /// Wraps `self` as the failure of operation `index` of an EGT.
-    pub(crate) fn at_operation(self, index: usize) -> StoreError {
+    pub fn at_operation(self, index: usize) -> StoreError {
         StoreError::BatchOperationFailed {
             index,
             source: Box::new(self),

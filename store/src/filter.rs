@@ -351,6 +351,7 @@ mod tests {
             partition_key: "p".into(),
             row_key: "r".into(),
             timestamp: DateTime(5),
+            etag: None,
             properties: Default::default(),
         };
         e.properties.insert("n".into(), Value::Int32(5));

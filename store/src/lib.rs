@@ -18,6 +18,9 @@
 //! - [`api`] — [`TableStore`], the async page-based trait that the partition
 //!   layer and remote backends implement and that the catalog, planner and
 //!   gateway use.
+//! - [`backend`] — [`Backend`], what the planner holds: the partition layer
+//!   over the embedded engine, or a [`RemoteStore`] (Azure Table Storage, in
+//!   the `tablegate-azure` crate) that is its own partition layer.
 //! - [`partition`] — [`PartitionedStore`], the partition layer over
 //!   [`LocalStore`]: range partitions on partition servers, routing,
 //!   throttling at the scalability targets, load balancing, hot-partition
@@ -27,6 +30,7 @@
 //! snapshot across pages, exactly like the Table service.
 
 pub mod api;
+pub mod backend;
 pub mod clock;
 mod codec;
 mod engine;
@@ -40,6 +44,7 @@ pub mod partition;
 pub mod query;
 
 pub use api::{PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore};
+pub use backend::{Backend, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::Durability;
 pub use entity::{DateTime, ETag, EdmType, Entity, EntityWrite, IfMatch, Timestamp, Value};

@@ -135,6 +135,21 @@ impl Operation {
         }
     }
 
+    /// The entity this operation leaves behind given the current one
+    /// (`None`: deleted), stamped with `timestamp`, or the error the Table
+    /// service would give. For backends that must compute a result
+    /// client-side (a remote Merge that removes properties).
+    pub fn result_on(
+        &self,
+        current: Option<&Entity>,
+        timestamp: Timestamp,
+    ) -> Result<Option<Entity>> {
+        Ok(match self.apply(current, timestamp)? {
+            Effect::Put(e) => Some(e),
+            Effect::Delete => None,
+        })
+    }
+
     /// Applies the operation to the current entity (if any), stamping the
     /// result with `timestamp`. Checks existence, If-Match and the limits of
     /// the resulting entity.
@@ -188,6 +203,7 @@ impl Operation {
             partition_key: pk.to_owned(),
             row_key: rk.to_owned(),
             timestamp,
+            etag: None,
             properties: props,
         };
         limits::check_entity(&entity)?;

@@ -326,7 +326,7 @@ impl TableProvider for StoreTable {
 }
 
 /// The access cut into one part per partition server its spans touch.
-fn partitions(store: &tablegate_store::PartitionedStore, b: &BoundSelect) -> Vec<BoundSelect> {
+fn partitions(store: &tablegate_store::Backend, b: &BoundSelect) -> Vec<BoundSelect> {
     use tablegate_planner::AccessClass;
     if matches!(
         b.access.class,
@@ -335,7 +335,11 @@ fn partitions(store: &tablegate_store::PartitionedStore, b: &BoundSelect) -> Vec
         return vec![b.clone()];
     }
     let query = tablegate_store::Query::spans(b.access.spans.clone());
-    let Ok(segments) = store.segments(&b.plan.table.name, &query) else {
+    // A remote service's range partitions are its own: nothing to cut by.
+    let Some(Ok(segments)) = store
+        .partitioned()
+        .map(|p| p.segments(&b.plan.table.name, &query))
+    else {
         return vec![b.clone()];
     };
     let mut by_server: BTreeMap<usize, Vec<tablegate_store::KeyBox>> = BTreeMap::new();

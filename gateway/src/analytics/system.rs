@@ -265,7 +265,11 @@ impl Rows {
 
 impl SystemView {
     fn rows(&self) -> Result<RecordBatch> {
-        let store = self.planner.store();
+        // Range partitions, servers, hot partitions, insert patterns,
+        // throttle counters and balancer events belong to tablegate's own
+        // partition layer: a remote table service keeps them to itself, so
+        // on that backend those views are empty and table counts are NULL.
+        let part = self.planner.store().partitioned();
         let mut rows = Rows::default();
         let err = |e: tablegate_store::StoreError| {
             datafusion::common::DataFusionError::External(Box::new(e))
@@ -273,20 +277,27 @@ impl SystemView {
         match self.name {
             "tables" => {
                 for def in self.planner.catalog().tables() {
-                    let stats = store.table_stats_blocking(&def.name).map_err(err)?;
-                    let ranges = store.ranges(&def.name).map_err(err)?.len();
-                    rows.push(vec![
+                    let mut row = vec![
                         t(&def.name),
                         t(&def.partition_key),
                         Cell::T(def.row_key.clone()),
                         i(def.star().len()),
-                        i(stats.entities),
-                        i(stats.partitions),
-                        i(ranges),
-                    ]);
+                    ];
+                    match part {
+                        Some(store) => {
+                            let stats = store.table_stats_blocking(&def.name).map_err(err)?;
+                            let ranges = store.ranges(&def.name).map_err(err)?.len();
+                            row.extend([i(stats.entities), i(stats.partitions), i(ranges)]);
+                        }
+                        None => row.extend([Cell::I(None), Cell::I(None), Cell::I(None)]),
+                    }
+                    rows.push(row);
                 }
             }
             "range_partitions" => {
+                let Some(store) = part else {
+                    return rows.batch(self.schema.clone());
+                };
                 for def in self.planner.catalog().tables() {
                     for r in store.ranges(&def.name).map_err(err)? {
                         rows.push(vec![
@@ -303,6 +314,9 @@ impl SystemView {
                 }
             }
             "servers" => {
+                let Some(store) = part else {
+                    return rows.batch(self.schema.clone());
+                };
                 for s in store.servers() {
                     let cap = s.capacity_per_sec;
                     rows.push(vec![
@@ -315,6 +329,9 @@ impl SystemView {
                 }
             }
             "hot_partitions" => {
+                let Some(store) = part else {
+                    return rows.batch(self.schema.clone());
+                };
                 for h in store.hot_partitions(HOT_LIMIT) {
                     rows.push(vec![
                         t(h.table),
@@ -329,6 +346,9 @@ impl SystemView {
                 }
             }
             "insert_patterns" => {
+                let Some(store) = part else {
+                    return rows.batch(self.schema.clone());
+                };
                 for p in store.insert_patterns() {
                     let (name, advice) = match p.kind {
                         InsertPatternKind::AppendOnly => (
@@ -366,6 +386,9 @@ impl SystemView {
                 }
             }
             "throttle_counters" => {
+                let Some(store) = part else {
+                    return rows.batch(self.schema.clone());
+                };
                 let c = store.throttle_counts();
                 let targets = store.config().targets.clone();
                 let target = |pick: fn(&tablegate_store::Targets) -> u64| {
@@ -380,6 +403,9 @@ impl SystemView {
                 rows.push(vec![t("account"), target(|t| t.per_account), i(c.account)]);
             }
             _ => {
+                let Some(store) = part else {
+                    return rows.batch(self.schema.clone());
+                };
                 for e in store.balance_events() {
                     let (action, detail) = match e.action {
                         BalanceAction::Split { at } => {

@@ -221,8 +221,39 @@ impl PartitionedStore {
     }
 }
 
+/// A scan that follows continuation tokens page by page in one task: for a
+/// remote service, whose range partitions are its own business (one segment,
+/// "server 0").
+pub fn sequential(
+    store: Arc<dyn TableStore>,
+    table: &str,
+    query: Query,
+    opts: ScanOptions,
+) -> ScanStream {
+    let stats = Arc::new(Mutex::new(ScanStats {
+        segments: 1,
+        ..Default::default()
+    }));
+    let (tx, rx) = mpsc::channel::<Result<Page>>(2);
+    let seg = Segment {
+        server: 0,
+        lo: String::new(),
+        hi: None,
+        query,
+    };
+    let (table, st) = (table.to_owned(), stats.clone());
+    tokio::spawn(async move {
+        scan_segment(store.as_ref(), &table, seg, &opts, &st, &tx).await;
+    });
+    ScanStream {
+        rx,
+        stats,
+        started: Instant::now(),
+    }
+}
+
 async fn scan_segment(
-    store: &PartitionedStore,
+    store: &dyn TableStore,
     table: &str,
     seg: Segment,
     opts: &ScanOptions,

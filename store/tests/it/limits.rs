@@ -539,6 +539,7 @@ fn check_entity_counts_properties() {
         partition_key: "p".into(),
         row_key: "r".into(),
         timestamp: DateTime(0),
+        etag: None,
         properties: prop_names(0..n)
             .map(|k| (k, Value::Boolean(true)))
             .collect(),

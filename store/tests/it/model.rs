@@ -529,6 +529,7 @@ fn to_entity(pk: &str, rk: &str, m: &ModelEntity) -> Entity {
         partition_key: pk.to_owned(),
         row_key: rk.to_owned(),
         timestamp: m.ts,
+        etag: None,
         properties: m.props.clone(),
     }
 }

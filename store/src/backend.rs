@@ -1,0 +1,177 @@
+//! [`Backend`]: the store the planner and the gateway hold — either the
+//! embedded engine under tablegate's own partition layer, or a remote table
+//! service (Azure Table Storage, the Cosmos DB Table API) that *is* its own
+//! partition layer.
+//!
+//! Both speak [`TableStore`]; this type adds what only one of them can give
+//! and says plainly what the other cannot:
+//!
+//! - scans: the embedded layer fans a scan out over its partition servers
+//!   ([`PartitionedStore::scan`]); a remote scan follows the service's
+//!   continuation tokens page by page in one task (the service does not say
+//!   where its range partitions are, so there is nothing to fan out over);
+//! - estimates: the embedded engine counts what a scan would read; a remote
+//!   service keeps no statistics a client can read, so estimates are
+//!   *unknown* (`None`) and EXPLAIN says so;
+//! - EXPLAIN detail: a remote backend describes the request it sends (the
+//!   OData `$filter`, and whether the residual is finished locally);
+//! - operations views (range partitions, servers, hot partitions, balancer
+//!   events) exist only for the embedded layer ([`Backend::partitioned`]).
+//!
+//! Throttling: the embedded layer throttles at the scalability targets
+//! itself; a remote service throttles for real (503/429), which the remote
+//! backend maps to [`crate::StoreError::ServerBusy`] so the same retry policy
+//! applies.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::api::{PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore};
+use crate::entity::Entity;
+use crate::error::Result;
+use crate::ops::{OpOutcome, Operation};
+use crate::partition::PartitionedStore;
+use crate::partition::scan::{ScanOptions, ScanStream};
+use crate::query::{Page, PageRequest, Query};
+
+/// A table service reached over the network.
+pub trait RemoteStore: TableStore {
+    /// What EXPLAIN shows for the backend (e.g. `Azure Table Storage (account x)`).
+    fn describe(&self) -> String;
+    /// The store for tablegate's own system tables (catalog, users): the same
+    /// account, with the reserved names allowed.
+    fn system(&self) -> Arc<dyn TableStore>;
+    /// EXPLAIN lines for the request(s) a query sends: the filter, the
+    /// projection, and what is finished locally.
+    fn explain_query(&self, table: &str, query: &Query) -> Vec<String>;
+}
+
+/// The store under the planner. Cheap to clone.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// The embedded engine with tablegate's partition layer.
+    Embedded(PartitionedStore),
+    /// A remote table service.
+    Remote(Arc<dyn RemoteStore>),
+}
+
+impl From<PartitionedStore> for Backend {
+    fn from(p: PartitionedStore) -> Self {
+        Backend::Embedded(p)
+    }
+}
+
+impl Backend {
+    /// The embedded partition layer, when that is the backend.
+    pub fn partitioned(&self) -> Option<&PartitionedStore> {
+        match self {
+            Backend::Embedded(p) => Some(p),
+            Backend::Remote(_) => None,
+        }
+    }
+
+    /// Where tablegate keeps its own tables (unthrottled, sees system names).
+    pub fn system(&self) -> Arc<dyn TableStore> {
+        match self {
+            Backend::Embedded(p) => Arc::new(p.local().clone()),
+            Backend::Remote(r) => r.system(),
+        }
+    }
+
+    /// The remote backend's description, `None` for the embedded engine.
+    pub fn remote_description(&self) -> Option<String> {
+        match self {
+            Backend::Embedded(_) => None,
+            Backend::Remote(r) => Some(r.describe()),
+        }
+    }
+
+    /// Starts a scan (must run inside a tokio runtime).
+    pub fn scan(&self, table: &str, query: &Query, opts: ScanOptions) -> Result<ScanStream> {
+        match self {
+            Backend::Embedded(p) => p.scan(table, query, opts),
+            Backend::Remote(r) => Ok(crate::partition::scan::sequential(
+                r.clone(),
+                table,
+                query.clone(),
+                opts,
+            )),
+        }
+    }
+
+    /// `table`'s range partitions as (lower bound, upper bound, server). A
+    /// remote table is one opaque range served by "server 0".
+    pub fn layout(&self, table: &str) -> Result<Vec<(String, Option<String>, usize)>> {
+        match self {
+            Backend::Embedded(p) => p.layout(table),
+            Backend::Remote(_) => Ok(vec![(String::new(), None, 0)]),
+        }
+    }
+
+    /// What scanning `query` would read; `None` when the backend cannot
+    /// know (a remote service keeps no statistics we can read).
+    pub fn estimate_blocking(&self, table: &str, query: &Query) -> Result<Option<ScanEstimate>> {
+        match self {
+            Backend::Embedded(p) => p.estimate_blocking(table, query).map(Some),
+            Backend::Remote(_) => Ok(None),
+        }
+    }
+
+    /// EXPLAIN lines describing the remote request; empty when embedded.
+    pub fn explain_query(&self, table: &str, query: &Query) -> Vec<String> {
+        match self {
+            Backend::Embedded(_) => Vec::new(),
+            Backend::Remote(r) => r.explain_query(table, query),
+        }
+    }
+
+    fn store(&self) -> &dyn TableStore {
+        match self {
+            Backend::Embedded(p) => p,
+            Backend::Remote(r) => r.as_ref(),
+        }
+    }
+}
+
+#[async_trait]
+impl TableStore for Backend {
+    async fn create_table(&self, name: &str) -> Result<TableInfo> {
+        self.store().create_table(name).await
+    }
+
+    async fn drop_table(&self, name: &str) -> Result<()> {
+        self.store().drop_table(name).await
+    }
+
+    async fn list_tables(&self) -> Result<Vec<TableInfo>> {
+        self.store().list_tables().await
+    }
+
+    async fn get(&self, table: &str, partition_key: &str, row_key: &str) -> Result<Option<Entity>> {
+        self.store().get(table, partition_key, row_key).await
+    }
+
+    async fn query(&self, table: &str, query: &Query, page: &PageRequest) -> Result<Page> {
+        self.store().query(table, query, page).await
+    }
+
+    async fn execute(&self, table: &str, ops: Vec<Operation>) -> Result<Vec<OpOutcome>> {
+        self.store().execute(table, ops).await
+    }
+
+    async fn table_stats(&self, table: &str) -> Result<TableStats> {
+        self.store().table_stats(table).await
+    }
+
+    async fn partition_stats(
+        &self,
+        table: &str,
+        lo: Bound<String>,
+        hi: Bound<String>,
+        limit: usize,
+    ) -> Result<Vec<PartitionStats>> {
+        self.store().partition_stats(table, lo, hi, limit).await
+    }
+}
