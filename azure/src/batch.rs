@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(b.matches("Content-Type: application/http").count(), 2);
         assert!(b.contains("POST http://h/acct/t HTTP/1.1\r\n"));
         assert!(b.contains("If-Match: *\r\n"));
-        assert!(b.contains("Content-Length: 32\r\n\r\n{\"PartitionKey\":\"p\",\"RowKey\":\"a\"}"));
+        assert!(b.contains("Content-Length: 33\r\n\r\n{\"PartitionKey\":\"p\",\"RowKey\":\"a\"}"));
     }
 
     #[test]

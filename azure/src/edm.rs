@@ -195,7 +195,7 @@ mod tests {
             Value::Double(f64::INFINITY),
             Value::Double(f64::NEG_INFINITY),
             Value::Boolean(true),
-            Value::DateTime(DateTime(1_764_014_400_123_456)),
+            Value::DateTime(DateTime(1_795_550_400_123_456)),
             Value::Guid(
                 *uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef).as_bytes(),
             ),
@@ -224,7 +224,7 @@ mod tests {
         )
         .unwrap();
         let e = entity(&j).unwrap();
-        assert_eq!(e.timestamp, DateTime(1_764_014_400_123_456));
+        assert_eq!(e.timestamp, DateTime(1_795_550_400_123_456));
         assert_eq!(
             e.etag().as_str(),
             "W/\"datetime'2026-11-24T20%3A00%3A00.1234567Z'\""

@@ -238,9 +238,23 @@ pub fn error_parts(
         .map(str::to_owned)
         .or_else(|| err.and_then(|e| e["code"].as_str()).map(str::to_owned))
         .unwrap_or_else(|| status.as_u16().to_string());
+    // Some errors (authentication) come as XML whatever Accept says.
+    let text = String::from_utf8_lossy(body);
+    let xml = |tag: &str| {
+        let open = format!("<{tag}>");
+        let start = text.find(&open)? + open.len();
+        let end = start + text[start..].find(&format!("</{tag}>"))?;
+        Some(text[start..end].trim().to_owned())
+    };
+    let code = if code == status.as_u16().to_string() {
+        xml("Code").unwrap_or(code)
+    } else {
+        code
+    };
     let message = err
         .and_then(|e| e["message"]["value"].as_str())
         .map(str::to_owned)
+        .or_else(|| xml("Message"))
         .unwrap_or_else(|| {
             let text = String::from_utf8_lossy(body);
             let text = text.trim();
@@ -317,7 +331,7 @@ pub fn service_error(
         (s, _) => StoreError::Remote {
             status: Some(s),
             code: code.to_owned(),
-            message: message.to_owned(),
+            message: format!("{code} ({s}): {message}"),
         },
     }
 }
@@ -326,4 +340,40 @@ pub fn service_error(
 pub fn response_error(r: &Response, about: Subject<'_>) -> StoreError {
     let (code, message) = error_parts(r.status, r.header("x-ms-error-code"), &r.body);
     service_error(r.status, &code, &message, about)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_and_json_errors_give_code_and_message() {
+        let xml = br#"<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
+<Error>
+  <Code>AuthorizationFailure</Code>
+  <Message>Server failed to authenticate the request.
+RequestId:x</Message>
+</Error>"#;
+        let (code, message) = error_parts(StatusCode::FORBIDDEN, None, xml);
+        assert_eq!(code, "AuthorizationFailure");
+        assert_eq!(message, "Server failed to authenticate the request.");
+        let e = service_error(StatusCode::FORBIDDEN, &code, &message, Subject::Table("t"));
+        assert!(matches!(
+            e,
+            StoreError::Remote {
+                status: Some(403),
+                ..
+            }
+        ));
+        assert!(
+            e.to_string()
+                .contains("AuthorizationFailure (403): Server failed"),
+            "{e}"
+        );
+        let json = br#"{"odata.error":{"code":"InvalidInput","message":{"lang":"en-US","value":"Bad.\nRequestId:y"}}}"#;
+        assert_eq!(
+            error_parts(StatusCode::BAD_REQUEST, None, json),
+            ("InvalidInput".to_owned(), "Bad.".to_owned())
+        );
+    }
 }

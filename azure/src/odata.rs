@@ -362,7 +362,7 @@ fn translate_filter(f: &Filter) -> Tr {
             disjunction(values.iter().map(|v| compare(field, CmpOp::Eq, v)))
         }
         // The service cannot test for a missing property.
-        Filter::IsNull(_) => DROPPED,
+        Filter::IsNull(_) | Filter::IsNullAs(..) => DROPPED,
         Filter::Like {
             field,
             pattern,

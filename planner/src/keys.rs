@@ -765,7 +765,12 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
             }
         }
         BExpr::IsNull { expr, negated } => {
-            let f = Filter::IsNull(field_of(expr)?);
+            let field = field_of(expr)?;
+            // A property stored with another type reads as NULL.
+            let f = match &**expr {
+                BExpr::Column(c) if c.role == Role::Property => Filter::IsNullAs(field, c.ty.edm()),
+                _ => Filter::IsNull(field),
+            };
             if *negated {
                 Filter::Not(Box::new(f))
             } else {

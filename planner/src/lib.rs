@@ -37,7 +37,10 @@
 //!    throttle (refusals are retried with the session's retry policy), and
 //!    served by a page of at most 1,000 entities that ends at the next
 //!    server's range with a continuation token
-//!    ([`tablegate_store::LocalStore`], `local.rs`).
+//!    ([`tablegate_store::LocalStore`], `local.rs`). On the Azure backend
+//!    ([`tablegate_store::Backend::Remote`]) the same query becomes one
+//!    request per page with an OData `$filter` (`azure/src/odata.rs`), the
+//!    service throttles and pages, and each page is re-checked locally.
 //! 6. **Pages → Arrow → rows.** Each page becomes one Arrow record batch
 //!    ([`exec::to_batch`]) on a two-batch channel, so memory stays bounded
 //!    whatever the result size; LIMIT 10 stops the scan after ten rows and

@@ -2,8 +2,8 @@
 //!
 //! Everything above the store (catalog, planner, gateway) talks to a
 //! `dyn TableStore`. Implementations: [`LocalStore`] (the embedded engine),
-//! the partition layer wrapping it, and later a remote backend (Azure Table
-//! Storage over REST). Nothing in the trait mentions the engine.
+//! the partition layer wrapping it, and the Azure Table backend
+//! (`tablegate-azure`, over REST). Nothing in the trait mentions the engine.
 
 use std::ops::Bound;
 

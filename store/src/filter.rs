@@ -8,7 +8,7 @@
 use std::cmp::Ordering;
 use std::hash::{Hash, Hasher};
 
-use crate::entity::{Entity, Value};
+use crate::entity::{EdmType, Entity, Value};
 
 /// What a predicate reads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -91,6 +91,10 @@ pub enum Filter {
     },
     /// `field IS NULL` (missing property).
     IsNull(Field),
+    /// `column IS NULL` for a column of EDM type `ty`: the property is
+    /// missing or stored with another type (which reads as NULL; other
+    /// writers of a shared table may use other types).
+    IsNullAs(Field, EdmType),
     /// `field LIKE pattern` with `%`, `_` and an optional escape character.
     Like {
         /// Left side; must be a String to match.
@@ -160,6 +164,12 @@ impl Filter {
                 result
             }
             Filter::IsNull(field) => Some(read(e, field).is_none()),
+            Filter::IsNullAs(field, ty) => Some(match read(e, field) {
+                None => true,
+                Some(FieldValue::Value(v)) => v.edm_type() != *ty,
+                Some(FieldValue::Owned(v)) => v.edm_type() != *ty,
+                Some(FieldValue::Str(_)) => *ty != EdmType::String,
+            }),
             Filter::Like {
                 field,
                 pattern,
@@ -188,6 +198,7 @@ impl Filter {
             Filter::Compare { field, .. }
             | Filter::In { field, .. }
             | Filter::IsNull(field)
+            | Filter::IsNullAs(field, _)
             | Filter::Like { field, .. } => {
                 if let Field::Property(p) = field
                     && !out.contains(p)
@@ -310,6 +321,10 @@ impl Hash for Filter {
                 values.hash(h);
             }
             Filter::IsNull(f) => f.hash(h),
+            Filter::IsNullAs(f, ty) => {
+                f.hash(h);
+                ty.hash(h);
+            }
             Filter::Like {
                 field,
                 pattern,
@@ -370,6 +385,9 @@ mod tests {
         assert!(Filter::Or(vec![ne.clone(), Filter::True]).matches(&e));
         assert_eq!(Filter::And(vec![ne, Filter::False]).eval(&e), Some(false));
         assert!(Filter::IsNull(Field::prop("missing")).matches(&e));
+        assert!(Filter::IsNullAs(Field::prop("missing"), EdmType::Int32).matches(&e));
+        assert!(!Filter::IsNullAs(Field::prop("n"), EdmType::Int32).matches(&e));
+        assert!(Filter::IsNullAs(Field::prop("n"), EdmType::String).matches(&e));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 mod abuse;
 mod analytics;
 mod auth;
+mod azure;
 mod bench;
 mod binary;
 mod clients;
