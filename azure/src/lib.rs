@@ -160,14 +160,45 @@ impl AzureStore {
         ops: Vec<Operation>,
     ) -> Result<Vec<(Operation, Option<Entity>, bool)>> {
         let mut out = Vec::with_capacity(ops.len());
-        for (i, op) in ops.into_iter().enumerate() {
-            let at = |e: StoreError| op_error(e, i);
+        for (i, op) in ops.iter().cloned().enumerate() {
+            let at = |e: StoreError| match e {
+                // The service would report an earlier failing operation
+                // first: check those against what is stored now.
+                e @ (StoreError::ETagMismatch { .. }
+                | StoreError::EntityNotFound { .. }
+                | StoreError::EntityAlreadyExists { .. }) => (e, true),
+                e => (e, false),
+            };
+            let fail = async |e: StoreError| -> StoreError {
+                let (e, check_earlier) = at(e);
+                if check_earlier {
+                    for (j, earlier) in ops[..i].iter().enumerate() {
+                        let (pk, rk) = earlier.keys();
+                        let now = DateTime(chrono::Utc::now().timestamp_micros());
+                        match self.read(remote, table, pk, rk).await {
+                            Ok(cur) => {
+                                if let Err(x) = earlier.result_on(cur.as_ref(), now) {
+                                    return op_error(x, j);
+                                }
+                            }
+                            Err(x) => return x,
+                        }
+                    }
+                }
+                op_error(e, i)
+            };
             let now = DateTime(chrono::Utc::now().timestamp_micros());
             let prepared = match &op {
                 Operation::Merge { .. } | Operation::InsertOrMerge(_) => {
                     let (pk, rk) = op.keys();
-                    let current = self.read(remote, table, pk, rk).await.map_err(at)?;
-                    let result = op.result_on(current.as_ref(), now).map_err(at)?;
+                    let current = match self.read(remote, table, pk, rk).await {
+                        Ok(c) => c,
+                        Err(e) => return Err(fail(e).await),
+                    };
+                    let result = match op.result_on(current.as_ref(), now) {
+                        Ok(r) => r,
+                        Err(e) => return Err(fail(e).await),
+                    };
                     let entity = result.expect("a merge leaves an entity");
                     let write = write_of(&entity);
                     let existed = current.is_some();
@@ -183,13 +214,17 @@ impl AzureStore {
                 Operation::Delete { .. } => (op, None, true),
                 // The service does not say whether an upsert replaced.
                 Operation::Insert(_) | Operation::InsertOrReplace(_) => {
-                    let e = op.result_on(None, now).map_err(at)?;
+                    let e = match op.result_on(None, now) {
+                        Ok(e) => e,
+                        Err(e) => return Err(fail(e).await),
+                    };
                     (op, e, false)
                 }
                 Operation::Replace { entity: w, .. } => {
-                    let e = Operation::InsertOrReplace(w.clone())
-                        .result_on(None, now)
-                        .map_err(at)?;
+                    let e = match Operation::InsertOrReplace(w.clone()).result_on(None, now) {
+                        Ok(e) => e,
+                        Err(e) => return Err(fail(e).await),
+                    };
                     (op, e, true)
                 }
             };
@@ -488,8 +523,12 @@ impl TableStore for AzureStore {
         let mut scanned = 0u64;
         for v in j["value"].as_array().into_iter().flatten() {
             scanned += 1;
-            let e = edm::entity(v)?;
+            let mut e = edm::entity(v)?;
             if query.selects(&e) {
+                // `$select` also fetched what the re-check needed.
+                if let Some(p) = &query.projection {
+                    e.properties.retain(|k, _| p.contains(k));
+                }
                 entities.push(e);
             }
         }
