@@ -163,7 +163,10 @@ async fn transactions_read_their_own_writes_in_every_access_class() {
     .unwrap();
     assert_eq!(txn.len(), 5);
     let opts = ExecOptions {
-        overlay: txn.overlay(&store.clone().into(), &RetryPolicy::None).await.unwrap(),
+        overlay: txn
+            .overlay(&store.clone().into(), &RetryPolicy::None)
+            .await
+            .unwrap(),
         ..ExecOptions::default()
     };
     for (sql, want) in [
