@@ -127,7 +127,7 @@ pub fn literal(v: &Value) -> Option<String> {
 }
 
 fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
+    format!("'{}'", crate::http::quote(s))
 }
 
 fn double_literal(d: f64) -> Option<String> {
