@@ -487,6 +487,7 @@ impl TableStore for AzureStore {
         }
         let empty = Page {
             entities: Vec::new(),
+            encoded: Vec::new(),
             scanned: 0,
             continuation: None,
         };
@@ -545,6 +546,7 @@ impl TableStore for AzureStore {
             });
         Ok(Page {
             entities,
+            encoded: Vec::new(),
             scanned,
             continuation,
         })

@@ -89,8 +89,8 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// Implements [`TableStore`] for a store whose work is synchronous
 /// (`*_blocking` methods): scans, writes and DDL run on the blocking pool,
-/// point reads and statistics inline (they are short, and a thread hand-off
-/// would cost more than the read).
+/// point reads, statistics and pages bounded by their size inline (they are
+/// short, and a thread hand-off would cost more than the read).
 macro_rules! table_store_over_blocking {
     ($ty:ty) => {
         #[async_trait::async_trait]
@@ -124,6 +124,13 @@ macro_rules! table_store_over_blocking {
                 query: &$crate::Query,
                 page: &$crate::PageRequest,
             ) -> $crate::Result<$crate::Page> {
+                // A page whose work its size bounds (a RowKey range, a whole
+                // partition without a filter) costs less than the hand-off to
+                // the blocking pool and back; anything that may scan far for
+                // few results goes there.
+                if query.bounded_by_page() {
+                    return self.query_blocking(table, query, page);
+                }
                 let (s, t, q, p) = (self.clone(), table.to_owned(), query.clone(), page.clone());
                 $crate::api::blocking(move || s.query_blocking(&t, &q, &p)).await
             }

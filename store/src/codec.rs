@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::engine::Bytes;
 use crate::entity::{DateTime, Entity, Value};
 use crate::error::{Result, StoreError};
 
@@ -164,6 +165,118 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A property value borrowed from an encoded entity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValueRef<'a> {
+    /// Edm.String.
+    String(&'a str),
+    /// Edm.Int32.
+    Int32(i32),
+    /// Edm.Int64.
+    Int64(i64),
+    /// Edm.Double.
+    Double(f64),
+    /// Edm.Boolean.
+    Boolean(bool),
+    /// Edm.DateTime.
+    DateTime(DateTime),
+    /// Edm.Guid.
+    Guid([u8; 16]),
+    /// Edm.Binary.
+    Binary(&'a [u8]),
+}
+
+impl ValueRef<'_> {
+    /// An owned copy.
+    pub fn to_value(self) -> Value {
+        match self {
+            ValueRef::String(s) => Value::String(s.to_owned()),
+            ValueRef::Int32(i) => Value::Int32(i),
+            ValueRef::Int64(i) => Value::Int64(i),
+            ValueRef::Double(d) => Value::Double(d),
+            ValueRef::Boolean(b) => Value::Boolean(b),
+            ValueRef::DateTime(t) => Value::DateTime(t),
+            ValueRef::Guid(g) => Value::Guid(g),
+            ValueRef::Binary(b) => Value::Binary(b.to_vec()),
+        }
+    }
+}
+
+impl Value {
+    /// A borrowed view.
+    pub fn as_value_ref(&self) -> ValueRef<'_> {
+        match self {
+            Value::String(s) => ValueRef::String(s),
+            Value::Int32(i) => ValueRef::Int32(*i),
+            Value::Int64(i) => ValueRef::Int64(*i),
+            Value::Double(d) => ValueRef::Double(*d),
+            Value::Boolean(b) => ValueRef::Boolean(*b),
+            Value::DateTime(t) => ValueRef::DateTime(*t),
+            Value::Guid(g) => ValueRef::Guid(*g),
+            Value::Binary(b) => ValueRef::Binary(b),
+        }
+    }
+}
+
+/// The properties of an encoded value, in stored (name) order, borrowed.
+struct Properties<'a> {
+    r: Reader<'a>,
+    left: u16,
+}
+
+/// Reads an encoded value's header: its timestamp and its properties.
+fn open_value(value: &[u8]) -> Result<(DateTime, Properties<'_>)> {
+    let mut r = Reader { buf: value };
+    if r.u8()? != VALUE_FORMAT_V1 {
+        return Err(StoreError::Corrupt("unknown entity value format".into()));
+    }
+    let timestamp = DateTime(r.i64()?);
+    let left = r.u16()?;
+    Ok((timestamp, Properties { r, left }))
+}
+
+impl<'a> Iterator for Properties<'a> {
+    type Item = Result<(&'a str, ValueRef<'a>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let item = self.read();
+        if item.is_err() {
+            self.left = 0;
+        }
+        Some(item)
+    }
+}
+
+impl<'a> Properties<'a> {
+    fn read(&mut self) -> Result<(&'a str, ValueRef<'a>)> {
+        let r = &mut self.r;
+        let name_len = usize::from(r.u16()?);
+        let name = r.str(name_len)?;
+        let v = match r.u8()? {
+            TAG_STRING => {
+                let n = r.u32()? as usize;
+                ValueRef::String(r.str(n)?)
+            }
+            TAG_INT32 => ValueRef::Int32(i32::from_be_bytes(r.array()?)),
+            TAG_INT64 => ValueRef::Int64(r.i64()?),
+            TAG_DOUBLE => ValueRef::Double(f64::from_bits(u64::from_be_bytes(r.array()?))),
+            TAG_BOOLEAN => ValueRef::Boolean(r.u8()? != 0),
+            TAG_DATETIME => ValueRef::DateTime(DateTime(r.i64()?)),
+            TAG_GUID => ValueRef::Guid(r.array()?),
+            TAG_BINARY => {
+                let n = r.u32()? as usize;
+                ValueRef::Binary(r.take(n)?)
+            }
+            other => return Err(StoreError::Corrupt(format!("unknown value tag {other}"))),
+        };
+        Ok((name, v))
+    }
+}
+
 /// Decodes a stored entity. With a projection, only the named properties are
 /// materialised; the others are skipped without allocating.
 pub(crate) fn decode_entity(
@@ -172,45 +285,12 @@ pub(crate) fn decode_entity(
     value: &[u8],
     projection: Option<&[String]>,
 ) -> Result<Entity> {
-    let mut r = Reader { buf: value };
-    if r.u8()? != VALUE_FORMAT_V1 {
-        return Err(StoreError::Corrupt("unknown entity value format".into()));
-    }
-    let timestamp = DateTime(r.i64()?);
-    let count = r.u16()?;
+    let (timestamp, props) = open_value(value)?;
     let mut properties = BTreeMap::new();
-    for _ in 0..count {
-        let name_len = usize::from(r.u16()?);
-        let name = r.str(name_len)?;
-        let wanted = projection.is_none_or(|p| p.iter().any(|n| n == name));
-        let tag = r.u8()?;
-        let v = match tag {
-            TAG_STRING => {
-                let n = r.u32()? as usize;
-                if !wanted {
-                    r.take(n)?;
-                    continue;
-                }
-                Value::String(r.str(n)?.to_owned())
-            }
-            TAG_INT32 => Value::Int32(i32::from_be_bytes(r.array()?)),
-            TAG_INT64 => Value::Int64(r.i64()?),
-            TAG_DOUBLE => Value::Double(f64::from_bits(u64::from_be_bytes(r.array()?))),
-            TAG_BOOLEAN => Value::Boolean(r.u8()? != 0),
-            TAG_DATETIME => Value::DateTime(DateTime(r.i64()?)),
-            TAG_GUID => Value::Guid(r.array()?),
-            TAG_BINARY => {
-                let n = r.u32()? as usize;
-                let b = r.take(n)?;
-                if !wanted {
-                    continue;
-                }
-                Value::Binary(b.to_vec())
-            }
-            other => return Err(StoreError::Corrupt(format!("unknown value tag {other}"))),
-        };
-        if wanted {
-            properties.insert(name.to_owned(), v);
+    for p in props {
+        let (name, v) = p?;
+        if projection.is_none_or(|p| p.iter().any(|n| n == name)) {
+            properties.insert(name.to_owned(), v.to_value());
         }
     }
     Ok(Entity {
@@ -220,6 +300,48 @@ pub(crate) fn decode_entity(
         etag: None,
         properties,
     })
+}
+
+/// An entity as the engine stores it, handed out without decoding: a
+/// reader that builds columns (the native path's record batches) takes
+/// the keys and the properties it needs as borrowed values, and skips the
+/// owned [`Entity`] (two key strings, a map, a string per property).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncodedEntity {
+    key: Bytes,
+    value: Bytes,
+    /// Length of the PartitionKey (it starts after the table prefix).
+    pk_len: usize,
+}
+
+impl EncodedEntity {
+    /// An engine pair whose key [`split_entity_key`] accepted.
+    pub(crate) fn new(key: Bytes, value: Bytes, pk_len: usize) -> Self {
+        EncodedEntity { key, value, pk_len }
+    }
+
+    /// PartitionKey.
+    pub fn partition_key(&self) -> &str {
+        let k = &self.key[TABLE_PREFIX_LEN..TABLE_PREFIX_LEN + self.pk_len];
+        // Checked to be UTF-8 when the page was read.
+        std::str::from_utf8(k).unwrap_or_default()
+    }
+
+    /// RowKey.
+    pub fn row_key(&self) -> &str {
+        let k = &self.key[TABLE_PREFIX_LEN + self.pk_len + 1..];
+        std::str::from_utf8(k).unwrap_or_default()
+    }
+
+    /// The Timestamp and the properties in name order, borrowed.
+    pub fn open(&self) -> Result<(DateTime, impl Iterator<Item = Result<(&str, ValueRef<'_>)>>)> {
+        open_value(&self.value)
+    }
+
+    /// The owned entity.
+    pub fn decode(&self) -> Result<Entity> {
+        decode_entity(self.partition_key(), self.row_key(), &self.value, None)
+    }
 }
 
 #[cfg(test)]

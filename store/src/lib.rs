@@ -26,6 +26,9 @@
 //!   throttling at the scalability targets, load balancing, hot-partition
 //!   and insert-pattern detection, parallel scans, and the retry policy.
 //!
+//! - [`driven`] — [`driven::Driven`], a channel whose producer runs in the
+//!   reader's task (scans without task hand-offs).
+//!
 //! Deliberately limited: page scans are consistent per engine batch but not a
 //! snapshot across pages, exactly like the Table service.
 
@@ -33,6 +36,7 @@ pub mod api;
 pub mod backend;
 pub mod clock;
 mod codec;
+pub mod driven;
 mod engine;
 pub mod entity;
 pub mod error;
@@ -46,6 +50,7 @@ pub mod query;
 pub use api::{PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore};
 pub use backend::{Backend, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use codec::{EncodedEntity, ValueRef};
 pub use engine::Durability;
 pub use entity::{DateTime, ETag, EdmType, Entity, EntityWrite, IfMatch, Timestamp, Value};
 pub use error::{KeyKind, Result, StoreError};

@@ -22,7 +22,7 @@ use std::time::Instant;
 use parking_lot::{Mutex, RwLock};
 
 use crate::clock::{Clock, SystemClock};
-use crate::codec;
+use crate::codec::{self, EncodedEntity};
 use crate::engine::fjall_engine::FjallEngine;
 use crate::engine::memory::MemoryEngine;
 use crate::engine::{Durability, Engine, Mutation, Space};
@@ -495,7 +495,7 @@ impl Inner {
                         Bound::Excluded(codec::table_prefix(id + 1).to_vec()),
                     )
                     .take(PURGE_CHUNK)
-                    .map(|kv| kv.map(|(k, _)| k))
+                    .map(|kv| kv.map(|(k, _)| k.to_vec()))
                     .collect::<Result<_>>()?;
                 if keys.is_empty() {
                     break;
@@ -652,15 +652,26 @@ impl Inner {
             }
             (p, _) => (p.clone(), false),
         };
+        // Undecoded entities need only the filter's properties decoded,
+        // and no decoding at all without a filter.
+        let filter_props = query.filter.as_ref().map(|f| {
+            let mut v = Vec::new();
+            f.properties(&mut v);
+            v
+        });
 
         let started = Instant::now();
         let mut page = Page {
             entities: Vec::new(),
+            encoded: Vec::new(),
             scanned: 0,
             continuation: None,
         };
         let token = |resume: Resume| Some(ContinuationToken::encode(fingerprint, &resume));
         let ranges = query.byte_ranges(t.id);
+        // Keys need no test when the byte ranges are the spans (the common
+        // case: a partition, a RowKey range, a full scan).
+        let exact = query.spans_byte_exact();
         for (ri, (start, end)) in ranges.iter().enumerate() {
             if let Some(from) = &resume_from
                 && end <= from
@@ -686,14 +697,29 @@ impl Inner {
                     let (k, v) = kv?;
                     let (pk, rk) = codec::split_entity_key(&k)?;
                     page.scanned += 1;
-                    let mut e = codec::decode_entity(pk, rk, &v, decode_props.as_deref())?;
-                    if query.selects(&e) {
-                        if strip && let Some(p) = &query.projection {
-                            e.properties.retain(|name, _| p.contains(name));
+                    if exact || query.spans.iter().any(|b| b.contains(pk, rk)) {
+                        if req.encoded {
+                            let selected = match (&query.filter, &filter_props) {
+                                (Some(f), Some(props)) => {
+                                    f.matches(&codec::decode_entity(pk, rk, &v, Some(props))?)
+                                }
+                                _ => true,
+                            };
+                            if selected {
+                                let pk_len = pk.len();
+                                page.encoded.push(EncodedEntity::new(k.clone(), v, pk_len));
+                            }
+                        } else {
+                            let mut e = codec::decode_entity(pk, rk, &v, decode_props.as_deref())?;
+                            if query.filter.as_ref().is_none_or(|f| f.matches(&e)) {
+                                if strip && let Some(p) = &query.projection {
+                                    e.properties.retain(|name, _| p.contains(name));
+                                }
+                                page.entities.push(e);
+                            }
                         }
-                        page.entities.push(e);
                     }
-                    let full = page.entities.len() >= req.max_entities;
+                    let full = page.len() >= req.max_entities;
                     let out_of_time = page.scanned.is_multiple_of(BUDGET_CHECK_EVERY)
                         && started.elapsed() >= req.time_budget;
                     if full || out_of_time {

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 
-use crate::codec;
+use crate::codec::{self, EncodedEntity};
 use crate::entity::Entity;
 use crate::error::{Result, StoreError};
 use crate::filter::Filter;
@@ -175,6 +175,15 @@ impl KeyBox {
         self.pk.contains(pk) && self.rk.contains(rk)
     }
 
+    /// Whether [`KeyBox::byte_range`] holds exactly this box's keys: a
+    /// single PartitionKey (the RowKey bounds become byte bounds), or whole
+    /// partitions. `PartitionKey BETWEEN 'a' AND 'c' AND RowKey = 'x'` is
+    /// not: its byte range holds every RowKey of a..c.
+    pub(crate) fn byte_exact(&self) -> bool {
+        self.pk.as_point().is_some()
+            || (self.rk.lo == Bound::Unbounded && self.rk.hi == Bound::Unbounded)
+    }
+
     /// The engine byte range `[start, end)` that covers this box in table
     /// `id`; `None` when the box is empty.
     pub(crate) fn byte_range(&self, id: u64) -> Option<(Vec<u8>, Vec<u8>)> {
@@ -266,6 +275,21 @@ impl Query {
             && self.filter.as_ref().is_none_or(|f| f.matches(e))
     }
 
+    /// Whether every entity in [`Query::byte_ranges`] lies in a span, so a
+    /// scan need not test keys (the ranges are the spans' byte ranges,
+    /// merged only where they overlap or touch).
+    pub(crate) fn spans_byte_exact(&self) -> bool {
+        self.spans.iter().all(KeyBox::byte_exact)
+    }
+
+    /// Whether a page's work is bounded by its size: every scanned entity
+    /// is returned (exact spans, no filter), so a page of `max_entities`
+    /// reads at most that many. Such pages are short enough to run on the
+    /// caller's thread.
+    pub fn bounded_by_page(&self) -> bool {
+        self.filter.is_none() && self.spans_byte_exact()
+    }
+
     /// A stable 64-bit fingerprint; continuation tokens carry it so a token
     /// cannot resume a different query.
     pub fn fingerprint(&self, table: &str) -> u64 {
@@ -308,6 +332,9 @@ pub struct PageRequest {
     /// (the next range partition on another server). Set by the partition
     /// layer, not by SQL callers.
     pub stop_at_partition: Option<String>,
+    /// The caller takes [`Page::encoded`]: matching entities undecoded. A
+    /// store that cannot (a remote service) returns [`Page::entities`].
+    pub encoded: bool,
 }
 
 impl Default for PageRequest {
@@ -317,6 +344,7 @@ impl Default for PageRequest {
             time_budget: Duration::from_secs(5),
             continuation: None,
             stop_at_partition: None,
+            encoded: false,
         }
     }
 }
@@ -357,10 +385,25 @@ impl PageRequest {
 pub struct Page {
     /// Matching entities in clustered-key order.
     pub entities: Vec<Entity>,
+    /// The same, undecoded, when the request asked for that
+    /// ([`PageRequest::encoded`]); then `entities` is empty.
+    pub encoded: Vec<EncodedEntity>,
     /// Entities read by the store for this page (returned or not).
     pub scanned: u64,
     /// Present when the query has more to read.
     pub continuation: Option<ContinuationToken>,
+}
+
+impl Page {
+    /// Entities in the page, decoded or not.
+    pub fn len(&self) -> usize {
+        self.entities.len() + self.encoded.len()
+    }
+
+    /// Whether the page holds no entity (it may still carry a token).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Where the next page starts: the next PartitionKey and RowKey, versioned

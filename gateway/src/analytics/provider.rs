@@ -279,7 +279,7 @@ impl TableProvider for StoreTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
@@ -313,7 +313,8 @@ impl TableProvider for StoreTable {
             .bind(&[])
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let opts = self.opts.lock().clone();
-        let parts = partitions(self.planner.store(), &bound);
+        let target = state.config().target_partitions();
+        let parts = partitions(self.planner.store(), &bound, target);
         let schema = TableDef::arrow_schema(&cols);
         Ok(Arc::new(StoreScanExec::new(
             self.planner.clone(),
@@ -325,8 +326,13 @@ impl TableProvider for StoreTable {
     }
 }
 
-/// The access cut into one part per partition server its spans touch.
-fn partitions(store: &tablegate_store::Backend, b: &BoundSelect) -> Vec<BoundSelect> {
+/// The access cut into one part per partition server its spans touch, and
+/// large parts cut further up to `target` parts (DataFusion's partitions).
+fn partitions(
+    store: &tablegate_store::Backend,
+    b: &BoundSelect,
+    target: usize,
+) -> Vec<BoundSelect> {
     use tablegate_planner::AccessClass;
     if matches!(
         b.access.class,
@@ -346,11 +352,27 @@ fn partitions(store: &tablegate_store::Backend, b: &BoundSelect) -> Vec<BoundSel
     for s in segments {
         by_server.entry(s.server).or_default().extend(s.query.spans);
     }
-    if by_server.len() <= 1 {
+    // Fewer servers than cores (a bulk-loaded table is one range until
+    // load splits it): cut each server's share by partition counts, so a
+    // large scan decodes on every core.
+    let mut groups: Vec<Vec<tablegate_store::KeyBox>> = by_server.into_values().collect();
+    if groups.len() < target
+        && let Some(p) = store.partitioned()
+    {
+        let per_group = target.div_ceil(groups.len());
+        groups = groups
+            .into_iter()
+            .flat_map(|spans| {
+                p.split_by_counts(&b.plan.table.name, &spans, per_group, MIN_SPLIT_ENTITIES)
+                    .unwrap_or_else(|_| vec![spans])
+            })
+            .collect();
+    }
+    if groups.len() <= 1 {
         return vec![b.clone()];
     }
-    by_server
-        .into_values()
+    groups
+        .into_iter()
         .map(|spans| {
             let mut part = b.clone();
             part.access.spans = spans;
@@ -358,6 +380,10 @@ fn partitions(store: &tablegate_store::Backend, b: &BoundSelect) -> Vec<BoundSel
         })
         .collect()
 }
+
+/// Entities below which a server's share of a scan is not cut further:
+/// small scans gain nothing from more partitions.
+const MIN_SPLIT_ENTITIES: u64 = 50_000;
 
 /// Reads the store for DataFusion: one partition per partition server.
 #[derive(Debug)]

@@ -99,7 +99,7 @@ impl Engine for FjallEngine {
         let iter = self.keyspace(space).range((start, end));
         Box::new(iter.map(|guard| {
             let (k, v) = guard.into_inner()?;
-            Ok((k.to_vec(), v.to_vec()))
+            Ok((k, v))
         }))
     }
 

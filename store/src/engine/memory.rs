@@ -10,7 +10,7 @@ use std::ops::Bound;
 
 use parking_lot::RwLock;
 
-use super::{Engine, KvIter, Mutation, Space};
+use super::{Bytes, Engine, KvIter, Mutation, Space};
 use crate::error::Result;
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -65,7 +65,9 @@ impl Engine for MemoryEngine {
                     next_start = Bound::Excluded(k.clone());
                 }
             }
-            buffer.pop_front().map(Ok)
+            buffer
+                .pop_front()
+                .map(|(k, v)| Ok((Bytes::from(k), Bytes::from(v))))
         }))
     }
 

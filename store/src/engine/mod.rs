@@ -38,8 +38,12 @@ pub(crate) enum Mutation {
     },
 }
 
+/// Bytes the engine hands out: reference-counted (or inline when short),
+/// so a scan yields its pairs without copying them.
+pub(crate) type Bytes = fjall::Slice;
+
 /// Key/value pairs in ascending key order.
-pub(crate) type KvIter<'a> = Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + Send + 'a>;
+pub(crate) type KvIter<'a> = Box<dyn Iterator<Item = Result<(Bytes, Bytes)>> + Send + 'a>;
 
 /// When a write is acknowledged relative to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -10,6 +10,7 @@
 //! `parallelism × 2` pages.
 
 use std::collections::BTreeSet;
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,8 +20,19 @@ use tokio::sync::{Semaphore, mpsc};
 use super::PartitionedStore;
 use super::retry::{RetryPolicy, RetryStats, with_retry};
 use crate::api::TableStore;
+use crate::driven::Driven;
 use crate::error::Result;
 use crate::query::{KeyBox, Page, PageRequest, Query};
+
+/// Most partition counts [`PartitionedStore::split_by_counts`] reads.
+pub const SPLIT_STATS_READ: usize = 100_000;
+
+fn bound_key(b: &Bound<String>) -> Option<&str> {
+    match b {
+        Bound::Included(k) | Bound::Excluded(k) => Some(k),
+        Bound::Unbounded => None,
+    }
+}
 
 /// How to run a scan.
 #[derive(Debug, Clone)]
@@ -34,6 +46,8 @@ pub struct ScanOptions {
     /// A segment stops requesting pages once it returned this many
     /// entities (a pushed LIMIT): no read-ahead past what the caller can use.
     pub limit: Option<u64>,
+    /// Pages carry undecoded entities ([`PageRequest::encoded`]).
+    pub encoded: bool,
 }
 
 impl Default for ScanOptions {
@@ -43,6 +57,7 @@ impl Default for ScanOptions {
             parallelism: 4,
             retry: RetryPolicy::default(),
             limit: None,
+            encoded: false,
         }
     }
 }
@@ -85,7 +100,7 @@ pub struct ScanStats {
 /// Pages of a running scan, in key order.
 #[derive(Debug)]
 pub struct ScanStream {
-    rx: mpsc::Receiver<Result<Page>>,
+    rx: Driven<Result<Page>>,
     stats: Arc<Mutex<ScanStats>>,
     started: Instant,
 }
@@ -154,6 +169,80 @@ impl PartitionedStore {
         Ok(out)
     }
 
+    /// Cuts `spans` into at most `pieces` runs of consecutive
+    /// PartitionKeys holding about the same number of entities (from the
+    /// per-partition counts), each of at least `min_entities`; fewer pieces
+    /// when the spans hold fewer entities. The pieces together select
+    /// exactly what `spans` does. Used to scan one large range partition
+    /// on several cores: the partition layer's own ranges split only under
+    /// load, and a bulk-loaded table is often one range.
+    ///
+    /// Deliberately limited: at most [`SPLIT_STATS_READ`] partition counts
+    /// are read; partitions beyond them all go to the last piece.
+    pub fn split_by_counts(
+        &self,
+        table: &str,
+        spans: &[KeyBox],
+        pieces: usize,
+        min_entities: u64,
+    ) -> Result<Vec<Vec<KeyBox>>> {
+        let whole = || Ok(vec![spans.to_vec()]);
+        if pieces < 2 || spans.is_empty() {
+            return whole();
+        }
+        // The counts to read: from the lowest span start (`None`, which
+        // sorts first, when one is unbounded) to the highest span end.
+        let lo = spans.iter().map(|b| bound_key(&b.pk.lo)).min().flatten();
+        let hi = if spans.iter().any(|b| b.pk.hi == Bound::Unbounded) {
+            None
+        } else {
+            spans.iter().filter_map(|b| bound_key(&b.pk.hi)).max()
+        };
+        let counts = self.partition_stats_blocking(
+            table,
+            lo.map_or(Bound::Unbounded, Bound::Included),
+            hi.map_or(Bound::Unbounded, Bound::Included),
+            SPLIT_STATS_READ,
+        )?;
+        let counts: Vec<_> = counts
+            .into_iter()
+            .filter(|c| spans.iter().any(|b| b.pk.contains(&c.partition_key)))
+            .collect();
+        let total: u64 = counts.iter().map(|c| c.entities).sum();
+        let n = pieces.min((total / min_entities.max(1)) as usize);
+        if n < 2 {
+            return whole();
+        }
+        // Cut before the PartitionKey where the running count passes the
+        // next n-th of the total.
+        let mut cuts: Vec<&str> = Vec::with_capacity(n - 1);
+        let mut seen = 0u64;
+        for c in &counts {
+            let next = total * (cuts.len() as u64 + 1) / n as u64;
+            if seen >= next && cuts.len() + 1 < n {
+                cuts.push(&c.partition_key);
+            }
+            seen += c.entities;
+        }
+        let mut out = Vec::with_capacity(cuts.len() + 1);
+        for i in 0..=cuts.len() {
+            let lo = if i == 0 { "" } else { cuts[i - 1] };
+            let hi = cuts.get(i).copied();
+            let piece: Vec<KeyBox> = spans
+                .iter()
+                .map(|b| KeyBox {
+                    pk: b.pk.clip(lo, hi),
+                    rk: b.rk.clone(),
+                })
+                .filter(|b| !b.pk.is_empty() && !b.rk.is_empty())
+                .collect();
+            if !piece.is_empty() {
+                out.push(piece);
+            }
+        }
+        Ok(out)
+    }
+
     /// Starts a parallel scan. Must be called inside a tokio runtime.
     pub fn scan(&self, table: &str, query: &Query, opts: ScanOptions) -> Result<ScanStream> {
         let segments = self.segments(table, query)?;
@@ -168,16 +257,15 @@ impl PartitionedStore {
             started: Instant::now(),
         };
         // One segment (every row-range scan, and any scan of one server's
-        // run): its task feeds the output itself. The spawner and the
-        // forwarder below order several segments; for one they were two
-        // more task hand-offs per page.
+        // run): the reader's task runs it (see `Driven`). The spawner and
+        // the forwarder below order several segments, which then run in
+        // parallel as tasks of their own.
         if segments.len() == 1 {
             let seg = segments.into_iter().next().expect("one segment");
             let (store, table, st) = (self.clone(), table.to_owned(), stats.clone());
-            tokio::spawn(async move {
+            return Ok(stream(Driven::new(out_rx, async move {
                 scan_segment(&store, &table, seg, &opts, &st, &out_tx).await;
-            });
-            return Ok(stream(out_rx));
+            })));
         }
         let (seg_tx, mut seg_rx) = mpsc::unbounded_channel::<mpsc::Receiver<Result<Page>>>();
         let permits = Arc::new(Semaphore::new(opts.parallelism.max(1)));
@@ -217,7 +305,7 @@ impl PartitionedStore {
                 }
             }
         });
-        Ok(stream(out_rx))
+        Ok(stream(Driven::spawned(out_rx)))
     }
 }
 
@@ -242,11 +330,13 @@ pub fn sequential(
         query,
     };
     let (table, st) = (table.to_owned(), stats.clone());
+    // A task of its own: it fetches the next page over the network while
+    // the reader works through this one.
     tokio::spawn(async move {
         scan_segment(store.as_ref(), &table, seg, &opts, &st, &tx).await;
     });
     ScanStream {
-        rx,
+        rx: Driven::spawned(rx),
         stats,
         started: Instant::now(),
     }
@@ -260,7 +350,10 @@ async fn scan_segment(
     stats: &Mutex<ScanStats>,
     tx: &mpsc::Sender<Result<Page>>,
 ) {
-    let mut req = PageRequest::first(opts.page_size);
+    let mut req = PageRequest {
+        encoded: opts.encoded,
+        ..PageRequest::first(opts.page_size)
+    };
     // Counted per segment: a later segment's rows must not stop an earlier
     // one, whose rows come first in key order.
     let mut returned = 0u64;
@@ -285,7 +378,7 @@ async fn scan_segment(
             let mut s = stats.lock();
             s.pages += 1;
             s.scanned += page.scanned;
-            s.returned += page.entities.len() as u64;
+            s.returned += page.len() as u64;
             s.servers.insert(seg.server);
             s.retry.retries += retry.retries;
             s.retry.backoff += retry.backoff;
@@ -293,7 +386,7 @@ async fn scan_segment(
                 s.tokens_followed += 1;
             }
         }
-        returned += page.entities.len() as u64;
+        returned += page.len() as u64;
         if tx.send(Ok(page)).await.is_err() {
             return;
         }

@@ -1244,10 +1244,27 @@ impl Harness {
             req.stop_at_partition = stops.get(stop).cloned();
             // Tokens are bound to the query, not to the table name's case.
             let name = Self::table_name(table, pages % 2 == 1);
-            let page = self
+            // Undecoded pages (what the native path reads) must hold the
+            // same entities: every other page, varied by the page size.
+            req.encoded = (pages + page_size).is_multiple_of(2);
+            let mut page = self
                 .store()
                 .query_blocking(&name, query, &req)
                 .unwrap_or_else(|e| panic!("{ctx} page {pages} of {query:#?}: {e}"));
+            if req.encoded {
+                assert!(page.entities.is_empty(), "{ctx} decoded an encoded page");
+                page.entities = page
+                    .encoded
+                    .drain(..)
+                    .map(|e| {
+                        let mut e = e.decode().expect("stored entities decode");
+                        if let Some(p) = &query.projection {
+                            e.properties.retain(|name, _| p.contains(name));
+                        }
+                        e
+                    })
+                    .collect();
+            }
             assert!(
                 page.entities.len() <= page_size,
                 "{ctx} page {pages} has {} entities, more than {page_size}",

@@ -540,3 +540,96 @@ fn the_system_table_is_hidden_and_reserved() {
         Err(StoreError::TableNotFound { .. })
     ));
 }
+
+/// Every entity of `pieces` (each scanned on its own), in key order.
+fn scan_pieces(s: &PartitionedStore, pieces: &[Vec<KeyBox>]) -> Vec<(String, String)> {
+    pieces
+        .iter()
+        .flat_map(|spans| keys(&scan_all(s, "wide", &Query::spans(spans.clone()), 1000).0))
+        .collect()
+}
+
+#[test]
+fn a_large_scan_is_cut_by_partition_counts_into_balanced_pieces_selecting_the_same() {
+    let (s, expected) = spread_store(manual());
+    let all = Query::full_scan().spans;
+    // 1,000 entities, at least 100 a piece: 4 pieces of ~250.
+    let pieces = s.split_by_counts("wide", &all, 4, 100).unwrap();
+    assert_eq!(pieces.len(), 4);
+    assert_eq!(scan_pieces(&s, &pieces), expected);
+    for p in &pieces {
+        let n = scan_all(&s, "wide", &Query::spans(p.clone()), 1000).0.len();
+        assert!((225..=275).contains(&n), "unbalanced piece of {n}");
+    }
+    // Too few entities for more pieces: 1,000 / 400 → 2.
+    assert_eq!(s.split_by_counts("wide", &all, 8, 400).unwrap().len(), 2);
+    assert_eq!(
+        s.split_by_counts("wide", &all, 8, 5_000).unwrap(),
+        vec![all]
+    );
+
+    // Spans that are not whole partitions keep their RowKey bounds, and a
+    // point span stays where it belongs.
+    let spans = vec![
+        KeyBox {
+            pk: KeyInterval::new(
+                std::ops::Bound::Included("p010".into()),
+                std::ops::Bound::Excluded("p030".into()),
+            ),
+            rk: KeyInterval::new(
+                std::ops::Bound::Included("0010".into()),
+                std::ops::Bound::Unbounded,
+            ),
+        },
+        KeyBox::point("p035", "0003"),
+    ];
+    let whole = keys(&scan_all(&s, "wide", &Query::spans(spans.clone()), 1000).0);
+    assert_eq!(whole.len(), 20 * 15 + 1);
+    let pieces = s.split_by_counts("wide", &spans, 3, 50).unwrap();
+    assert_eq!(pieces.len(), 3);
+    assert_eq!(scan_pieces(&s, &pieces), whole);
+}
+
+#[test]
+fn encoded_pages_hold_the_same_entities_as_decoded_ones() {
+    let (s, _) = spread_store(manual());
+    let queries = [
+        Query::full_scan(),
+        Query::spans(vec![KeyBox::partition("p007")]),
+        // Not byte-exact: every RowKey of p010..p012 is scanned.
+        Query::spans(vec![KeyBox {
+            pk: KeyInterval::new(
+                std::ops::Bound::Included("p010".into()),
+                std::ops::Bound::Included("p012".into()),
+            ),
+            rk: KeyInterval::point("0004"),
+        }]),
+        Query::spans(vec![KeyBox::partition("p020")]).with_filter(Filter::Compare {
+            field: Field::Property("n".into()),
+            op: CmpOp::Eq,
+            value: Value::Int32(1),
+        }),
+    ];
+    for q in queries {
+        let mut req = PageRequest::first(7);
+        let mut enc = PageRequest {
+            encoded: true,
+            ..PageRequest::first(7)
+        };
+        loop {
+            let a = s.query_blocking("wide", &q, &req).unwrap();
+            let b = s.query_blocking("wide", &q, &enc).unwrap();
+            assert!(b.entities.is_empty());
+            let decoded: Vec<Entity> = b.encoded.iter().map(|e| e.decode().unwrap()).collect();
+            assert_eq!(decoded, a.entities, "{q:?}");
+            assert_eq!((a.scanned, &a.continuation), (b.scanned, &b.continuation));
+            match (a.continuation, b.continuation) {
+                (Some(t), Some(u)) => {
+                    req = req.resume(t);
+                    enc = enc.resume(u);
+                }
+                _ => break,
+            }
+        }
+    }
+}
