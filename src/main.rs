@@ -98,14 +98,7 @@ fn main() -> ExitCode {
     // Bigger thread stacks than tokio's 2 MiB default: planning recurses
     // over statement trees (their depth is bounded by the planner's
     // operator limit, this is margin).
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = std::env::var("TABLEGATE_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        builder.worker_threads(n);
-    }
-    let runtime = builder
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(8 << 20)
         .build()
