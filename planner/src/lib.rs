@@ -42,9 +42,14 @@
 //!    request per page with an OData `$filter` (`azure/src/odata.rs`), the
 //!    service throttles and pages, and each page is re-checked locally.
 //! 6. **Pages → Arrow → rows.** Each page becomes one Arrow record batch
-//!    ([`exec::to_batch`]) on a two-batch channel, so memory stays bounded
-//!    whatever the result size; LIMIT 10 stops the scan after ten rows and
-//!    the gateway encodes the batches as DataRows.
+//!    on a two-batch channel, so memory stays bounded whatever the result
+//!    size; LIMIT 10 stops the scan after ten rows and the gateway encodes
+//!    the batches as DataRows. Outside a transaction the page arrives
+//!    undecoded and its values go from the store's bytes into the columns
+//!    ([`exec::encoded_to_batch`]); inside one, decoded entities are merged
+//!    with the staged writes first ([`exec::to_batch`]). The scan's work
+//!    runs in the connection's own task, polled as it reads
+//!    ([`tablegate_store::driven::Driven`]): no thread hand-off per page.
 //!
 //! `EXPLAIN` renders step 3 and estimates steps 4–5 from the store's
 //! statistics ([`explain`]); `EXPLAIN ANALYZE` also runs them and reports
