@@ -1666,14 +1666,7 @@ mod tests {
     }
 
     fn op() -> impl Strategy<Value = CmpOp> {
-        prop::sample::select(vec![
-            CmpOp::Eq,
-            CmpOp::Ne,
-            CmpOp::Lt,
-            CmpOp::Le,
-            CmpOp::Gt,
-            CmpOp::Ge,
-        ])
+        prop::sample::select(&CmpOp::ALL[..])
     }
 
     fn filter() -> impl Strategy<Value = Filter> {

@@ -48,6 +48,16 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
+    /// Every operator (for generators and tables of cases).
+    pub const ALL: [CmpOp; 6] = [
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Lt,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Ge,
+    ];
+
     fn holds(self, o: Ordering) -> bool {
         match self {
             CmpOp::Eq => o == Ordering::Equal,

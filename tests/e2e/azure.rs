@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tablegate_azure::AzureStore;
 use tablegate_store::{EntityWrite, Operation, TableStore, Value};
 
-use super::server::{TestServer, psql};
+use super::server::{TestServer, psql, psql_command};
 
 /// The Azurite connection string, or a failure saying how to get one.
 fn azurite() -> String {
@@ -111,7 +111,7 @@ impl Drop for DropTable {
 
 /// psql, unaligned and tuples only (`|` between fields), one `-c` each.
 fn psql_at(s: &TestServer, commands: &[&str]) -> (String, String, bool) {
-    let mut cmd = psql_cmd(s);
+    let mut cmd = psql_command(s);
     cmd.args(["-v", "ON_ERROR_STOP=1", "-A", "-t", "-F", "|"]);
     for c in commands {
         cmd.args(["-c", c]);
@@ -127,7 +127,7 @@ fn psql_at(s: &TestServer, commands: &[&str]) -> (String, String, bool) {
 /// psql reading a script from stdin (one session, statement by statement,
 /// as a person typing them), with extra psql arguments.
 fn psql_script(s: &TestServer, args: &[&str], script: &str) -> (String, String, bool) {
-    let mut child = psql_cmd(s)
+    let mut child = psql_command(s)
         .args(args)
         .args(["-f", "-"])
         .stdin(Stdio::piped())
@@ -147,21 +147,6 @@ fn psql_script(s: &TestServer, args: &[&str], script: &str) -> (String, String, 
         String::from_utf8_lossy(&out.stderr).into_owned(),
         out.status.success(),
     )
-}
-
-fn psql_cmd(s: &TestServer) -> Command {
-    let mut cmd = Command::new("psql");
-    cmd.args([
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &s.port.to_string(),
-        "-U",
-        "tablegate",
-        "-X",
-        "tablegate",
-    ]);
-    cmd
 }
 
 /// A query's rows as `a|b|c` lines.

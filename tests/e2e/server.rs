@@ -120,8 +120,9 @@ impl Drop for TestServer {
     }
 }
 
-/// Runs psql with `-c` commands; returns (stdout, stderr, success).
-pub fn psql(s: &TestServer, commands: &[&str]) -> (String, String, bool) {
+/// psql connected to the test server as `tablegate` (no psqlrc); callers
+/// add their options.
+pub fn psql_command(s: &TestServer) -> Command {
     let mut cmd = Command::new("psql");
     cmd.args([
         "-h",
@@ -131,10 +132,15 @@ pub fn psql(s: &TestServer, commands: &[&str]) -> (String, String, bool) {
         "-U",
         "tablegate",
         "-X",
-        "-v",
-        "ON_ERROR_STOP=1",
         "tablegate",
     ]);
+    cmd
+}
+
+/// Runs psql with `-c` commands; returns (stdout, stderr, success).
+pub fn psql(s: &TestServer, commands: &[&str]) -> (String, String, bool) {
+    let mut cmd = psql_command(s);
+    cmd.args(["-v", "ON_ERROR_STOP=1"]);
     for c in commands {
         cmd.args(["-c", c]);
     }

@@ -554,21 +554,19 @@ async fn upserts(s: &dyn TableStore, t: &str) {
     assert_eq!(state(s, t, "p", "m").await, props([("e", int(6))]));
 }
 
+/// Inserts `p`/`r` with `a` = 1, `b` = 'x', `c` = true.
+async fn insert_abc(s: &dyn TableStore, t: &str) {
+    let e = w("p", "r")
+        .with("a", int(1))
+        .with("b", text("x"))
+        .with("c", Value::Boolean(true));
+    one(s, t, Operation::Insert(e)).await.unwrap();
+}
+
 /// A NULL in a Merge (or InsertOrMerge) removes the property; in an Insert
 /// or Replace it is simply not stored.
 async fn merge_with_null_removes(s: &dyn TableStore, t: &str) {
-    one(
-        s,
-        t,
-        Operation::Insert(
-            w("p", "r")
-                .with("a", int(1))
-                .with("b", text("x"))
-                .with("c", Value::Boolean(true)),
-        ),
-    )
-    .await
-    .unwrap();
+    insert_abc(s, t).await;
     let out = one(
         s,
         t,
@@ -823,18 +821,7 @@ async fn filters_on_typed_constants(s: &dyn TableStore, t: &str) {
 /// A projection returns the keys, the Timestamp and the named properties
 /// only, also when the filter reads other properties.
 async fn projection_returns_only_named_properties(s: &dyn TableStore, t: &str) {
-    one(
-        s,
-        t,
-        Operation::Insert(
-            w("p", "r")
-                .with("a", int(1))
-                .with("b", text("x"))
-                .with("c", Value::Boolean(true)),
-        ),
-    )
-    .await
-    .unwrap();
+    insert_abc(s, t).await;
     let cases = [
         (Query::full_scan(), props([("a", int(1))])),
         (

@@ -213,16 +213,7 @@ fn step() -> impl Strategy<Value = Step> {
 
 /// A comparison leaf of a random filter.
 fn leaf() -> impl Strategy<Value = Filter> {
-    let op = select(
-        &[
-            CmpOp::Eq,
-            CmpOp::Ne,
-            CmpOp::Lt,
-            CmpOp::Le,
-            CmpOp::Gt,
-            CmpOp::Ge,
-        ][..],
-    );
+    let op = select(&CmpOp::ALL[..]);
     let strings = || select(STRINGS).prop_map(|s| Value::String(s.to_owned()));
     prop_oneof![
         3 => (op.clone(), -4i32..=4)

@@ -396,14 +396,7 @@ fn field() -> impl Strategy<Value = Field> {
 }
 
 fn cmp_op() -> impl Strategy<Value = CmpOp> {
-    select(vec![
-        CmpOp::Eq,
-        CmpOp::Ne,
-        CmpOp::Lt,
-        CmpOp::Le,
-        CmpOp::Gt,
-        CmpOp::Ge,
-    ])
+    select(&CmpOp::ALL[..])
 }
 
 fn filter_value() -> impl Strategy<Value = Value> {
