@@ -135,7 +135,7 @@ where
 
 /// A cheap uniform sample in [0, 1) (jitter needs no cryptographic
 /// quality; it only spreads retries of concurrent clients apart).
-fn jitter() -> f64 {
+pub fn jitter() -> f64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static STATE: AtomicU64 = AtomicU64::new(0x2545_F491_4F6C_DD1D);
     let mut x = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
