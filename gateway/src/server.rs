@@ -127,7 +127,7 @@ impl Server {
                     tokio::spawn(async move {
                         let _guard = guard;
                         // Protocol errors end this connection only.
-                        let _ = pgwire::tokio::process_socket(socket, tls, handlers).await;
+                        let _ = serve_connection(socket, tls, handlers).await;
                     });
                 }
             }
@@ -138,6 +138,104 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// Bytes of responses buffered before a write reaches the socket.
+///
+/// pgwire's own loop keeps tokio-util's 8 KiB default: a 100-row answer
+/// (~15 KB) then leaves in two `sendto`s, each a trip through the kernel's
+/// loopback path, about a tenth of a range query's CPU. Responses are
+/// flushed at every Sync/Flush/ReadyForQuery anyway, so a larger boundary
+/// only bounds the memory a large result holds per connection.
+const WRITE_BOUNDARY: usize = 64 * 1024;
+
+/// How long a client has to finish startup (TLS, password), as in pgwire.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One connection, start to end: pgwire's `process_socket` with a larger
+/// write buffer ([`WRITE_BOUNDARY`]), which pgwire does not let us set.
+/// The dispatch is pgwire's own (`process_message`, `process_error`); only
+/// the loop around it is here.
+async fn serve_connection(
+    socket: TcpStream,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+    handlers: Connection,
+) -> std::io::Result<()> {
+    use futures::StreamExt;
+    use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers};
+    use pgwire::messages::PgWireFrontendMessage;
+    use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+
+    let startup_deadline = tokio::time::sleep(STARTUP_TIMEOUT);
+    tokio::pin!(startup_deadline);
+    let socket = tokio::select! {
+        _ = &mut startup_deadline => return Ok(()),
+        s = negotiate_tls(socket, tls) => s?,
+    };
+    // `None`: a direct TLS handshake without TLS configured.
+    let Some(mut socket) = socket else {
+        return Ok(());
+    };
+    socket.set_backpressure_boundary(WRITE_BOUNDARY);
+
+    let startup = handlers.startup_handler();
+    let simple = handlers.simple_query_handler();
+    let extended = handlers.extended_query_handler();
+    let copy = handlers.copy_handler();
+    let cancel = handlers.cancel_handler();
+    let errors = handlers.error_handler();
+    loop {
+        let starting = matches!(
+            socket.state(),
+            PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
+        );
+        let msg = if starting {
+            tokio::select! {
+                _ = &mut startup_deadline => None,
+                m = socket.next() => m,
+            }
+        } else {
+            socket.next().await
+        };
+        // End of stream, a frame that does not decode, or Terminate: the
+        // client is gone or leaving; dropping the socket closes it (asyncpg
+        // waits for that after its Terminate).
+        let Some(Ok(msg)) = msg else { break };
+        if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
+            break;
+        }
+        let in_extended = match socket.state() {
+            PgWireConnectionState::CopyInProgress(extended) => extended,
+            _ => msg.is_extended_query(),
+        };
+        // A CancelRequest arrives on a connection of its own, which ends
+        // once it is handled.
+        let is_cancel = matches!(msg, PgWireFrontendMessage::CancelRequest(_));
+        if let Err(mut e) = process_message(
+            msg,
+            &mut socket,
+            startup.clone(),
+            simple.clone(),
+            extended.clone(),
+            copy.clone(),
+            cancel.clone(),
+        )
+        .await
+        {
+            errors.on_error(&socket, &mut e);
+            // FATAL ends the session, as in PostgreSQL.
+            let fatal = e.is_fatal();
+            process_error(&mut socket, e, in_extended).await?;
+            if fatal {
+                break;
+            }
+        }
+        if is_cancel {
+            break;
+        }
+    }
+    Ok(())
 }
 
 struct ActiveGuard(Arc<AtomicUsize>);
