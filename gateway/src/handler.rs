@@ -767,6 +767,14 @@ impl Connection {
         self
     }
 
+    /// The runtime the session's analytics run on (the server's
+    /// multi-threaded one); without it, the runtime of the caller.
+    #[must_use]
+    pub fn analytics_runtime(self, runtime: tokio::runtime::Handle) -> Self {
+        *self.handler.engine.runtime.lock() = Some(runtime);
+        self
+    }
+
     /// Starts the session with the server's configured settings (already
     /// validated by `Server::bind`; invalid ones are ignored here).
     #[must_use]
@@ -1832,11 +1840,13 @@ pub struct StatementParser {
 }
 
 /// A session's analytics engine, created on first use (most sessions of
-/// key-value clients never need it), and its memory limit.
+/// key-value clients never need it), its memory limit and the runtime it
+/// runs on.
 #[derive(Debug)]
 struct EngineSlot {
     engine: tokio::sync::OnceCell<Arc<Engine>>,
     memory: std::sync::atomic::AtomicUsize,
+    runtime: Mutex<Option<tokio::runtime::Handle>>,
 }
 
 impl Default for EngineSlot {
@@ -1844,6 +1854,7 @@ impl Default for EngineSlot {
         EngineSlot {
             engine: tokio::sync::OnceCell::new(),
             memory: std::sync::atomic::AtomicUsize::new(crate::analytics::MEMORY_LIMIT),
+            runtime: Mutex::new(None),
         }
     }
 }
@@ -1854,7 +1865,12 @@ async fn engine_of(planner: &Planner, cell: &EngineCell) -> Result<Arc<Engine>, 
     let memory = cell.memory.load(std::sync::atomic::Ordering::Relaxed);
     cell.engine
         .get_or_try_init(|| async {
-            Engine::new(planner.clone(), memory)
+            let runtime = cell
+                .runtime
+                .lock()
+                .clone()
+                .unwrap_or_else(tokio::runtime::Handle::current);
+            Engine::new(planner.clone(), memory, runtime)
                 .map(Arc::new)
                 .map_err(|e| PgError::from(&e))
         })

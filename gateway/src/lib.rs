@@ -1,8 +1,8 @@
 //! The PostgreSQL wire protocol in front of the planner.
 //!
-//! - [`server`] — the listener: one task per connection (pgwire's message
-//!   loop with a 64 KiB write buffer), a connection limit answered with
-//!   SQLSTATE 53300, graceful shutdown.
+//! - [`server`] — the listener: connections dealt to one single-threaded
+//!   runtime per core (pgwire's message loop with a 64 KiB write buffer), a
+//!   connection limit answered with SQLSTATE 53300, graceful shutdown.
 //! - [`handler`] — per-connection handlers for the simple and extended query
 //!   protocols, sharing one `prepare` → `run` path; results stream.
 //! - [`session`] — SET / SHOW settings, per connection.

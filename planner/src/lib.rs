@@ -6,8 +6,9 @@
 //! 'AGE:030' AND age > 40 LIMIT 10`, sent by a driver as Parse / Bind /
 //! Execute:
 //!
-//! 1. **Wire message → SQL text.** The gateway (pgwire) receives Parse with
-//!    the text and hands it to [`Planner::parse`] (sqlparser, PostgreSQL
+//! 1. **Wire message → SQL text.** The gateway (pgwire, in the
+//!    connection's task on one of the per-core connection threads)
+//!    receives Parse with the text and hands it to [`Planner::parse`] (sqlparser, PostgreSQL
 //!    dialect). A syntax error becomes [`PlanError::Syntax`] with the
 //!    character position (SQLSTATE 42601).
 //! 2. **Prepare: bind names and types.** [`Planner::plan`] resolves the

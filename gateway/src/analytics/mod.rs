@@ -33,6 +33,7 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{DataFusionError, ParamValues, ScalarValue};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{SendableRecordBatchStream, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
@@ -54,6 +55,8 @@ pub const MEMORY_LIMIT: usize = 1 << 30;
 /// One connection's DataFusion session.
 pub struct Engine {
     ctx: SessionContext,
+    /// Where plans run (see [`Engine::execute`]).
+    runtime: tokio::runtime::Handle,
     opts: SharedOptions,
     parser: PostgresCompatibilityParser,
 }
@@ -79,15 +82,19 @@ pub struct EnginePlan {
 
 impl Engine {
     /// A session over `planner`'s catalog and store.
-    pub fn new(planner: Planner, memory_limit: usize) -> Result<Engine, DataFusionError> {
+    pub fn new(
+        planner: Planner,
+        memory_limit: usize,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Engine, DataFusionError> {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE, "public")
             .with_information_schema(false)
             .with_target_partitions(4);
-        let runtime = RuntimeEnvBuilder::new()
+        let env = RuntimeEnvBuilder::new()
             .with_memory_limit(memory_limit, 1.0)
             .build_arc()?;
-        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let ctx = SessionContext::new_with_config_rt(config, env);
         let opts: SharedOptions = Arc::new(Mutex::new(ExecOptions::default()));
         ctx.catalog(DATABASE)
             .ok_or_else(|| DataFusionError::Internal("no default catalog".into()))?
@@ -108,6 +115,7 @@ impl Engine {
             .map_err(|e| *e)?;
         Ok(Engine {
             ctx,
+            runtime,
             opts,
             parser: PostgresCompatibilityParser::new(),
         })
@@ -196,18 +204,75 @@ impl Engine {
     }
 
     /// Runs a planned statement; the stream stops when dropped.
+    ///
+    /// The plan runs on the engine's runtime (the server's multi-threaded
+    /// one: DataFusion spawns a task per partition on the runtime that
+    /// polls it, and a session's own runtime is single-threaded); batches
+    /// come back over a two-batch channel.
     pub async fn execute(
         &self,
         p: &EnginePlan,
         params: &[Option<Value>],
         opts: ExecOptions,
     ) -> Result<SendableRecordBatchStream, DataFusionError> {
+        use futures::{FutureExt, StreamExt};
         let plan = self.bind(p, params, opts)?;
-        self.ctx
-            .execute_logical_plan(plan)
-            .await?
-            .execute_stream()
-            .await
+        let ctx = self.ctx.clone();
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        let on_panic = tx.clone();
+        let work = async move {
+            let stream = match ctx.execute_logical_plan(plan).await {
+                Ok(df) => df.execute_stream().await,
+                Err(e) => Err(e),
+            };
+            let mut stream = match stream {
+                Ok(s) => {
+                    let _ = started_tx.send(Ok(s.schema()));
+                    s
+                }
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                    return;
+                }
+            };
+            while let Some(batch) = stream.next().await {
+                if tx.send(batch).await.is_err() {
+                    return; // the reader is gone
+                }
+            }
+        };
+        let task = self.runtime.spawn(async move {
+            // A panic must not pass for the end of the result.
+            if let Err(panic) = std::panic::AssertUnwindSafe(work).catch_unwind().await {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!("analytics task panicked: {what}");
+                let _ = on_panic
+                    .send(Err(DataFusionError::Execution(format!(
+                        "the analytics engine failed: {what}"
+                    ))))
+                    .await;
+            }
+        });
+        let abort = AbortOnDrop(task.abort_handle());
+        let schema = match started.await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(DataFusionError::Execution(
+                    "the analytics task ended before its plan started".into(),
+                ));
+            }
+        };
+        let batches = futures::stream::poll_fn(move |cx| {
+            // Dropping the stream aborts the task, and with it the plan.
+            let _task = &abort;
+            rx.poll_recv(cx)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, batches)))
     }
 
     /// EXPLAIN [ANALYZE]: the route, then DataFusion's physical plan with
@@ -234,12 +299,22 @@ impl Engine {
         )];
         let text = if analyze {
             let started = std::time::Instant::now();
-            let mut rows = 0usize;
             let task = self.ctx.task_ctx();
-            let mut stream = datafusion::physical_plan::execute_stream(physical.clone(), task)?;
-            while let Some(b) = stream.next().await {
-                rows += b?.num_rows();
-            }
+            let plan = physical.clone();
+            // On the engine's runtime, as `execute` runs it.
+            let run = self.runtime.spawn(async move {
+                let mut stream = datafusion::physical_plan::execute_stream(plan, task)?;
+                let mut rows = 0usize;
+                while let Some(b) = stream.next().await {
+                    rows += b?.num_rows();
+                }
+                Ok::<_, DataFusionError>(rows)
+            });
+            let _abort = AbortOnDrop(run.abort_handle());
+            let rows = match run.await {
+                Ok(r) => r?,
+                Err(e) => return Err(DataFusionError::Execution(format!("EXPLAIN ANALYZE: {e}"))),
+            };
             lines.push(format!(
                 "Actual: rows {rows}, elapsed {:?}",
                 started.elapsed()
@@ -254,6 +329,15 @@ impl Engine {
         };
         lines.extend(text.lines().map(str::to_owned));
         Ok(lines)
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
