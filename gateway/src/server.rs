@@ -255,11 +255,13 @@ struct Job {
 /// core, connections dealt out in turn.
 ///
 /// Why not the multi-threaded runtime: a point lookup is a few
-/// microseconds of work, and the work-stealing scheduler's wake-ups of
-/// idle workers (futex, inter-processor interrupts) cost more than that.
-/// Measured with 4 pgbench clients on 2 cores: 15 µs of server CPU per
-/// prepared point lookup on a single-threaded runtime against 19–23 µs on
-/// the multi-threaded one (kernel time 5.6 against 9–11 µs). Deliberately
+/// microseconds of work, and the work-stealing scheduler's hand-offs and
+/// wake-ups of idle workers (futex, inter-processor interrupts) cost as
+/// much again. Measured with 4 pgbench clients on 2 cores (server CPU from
+/// /proc per prepared point lookup, 5 paired runs): 16–21 µs with these
+/// threads against 18–24 µs on the multi-threaded runtime, 16% more
+/// lookups per second on average; one runtime for everything was 15 µs
+/// but leaves a core idle under load. Deliberately
 /// limited: a connection stays on its thread, so two busy sessions dealt
 /// to the same thread share one core while another may idle. Analytics
 /// (DataFusion) run on the shared multi-threaded runtime, and store reads
