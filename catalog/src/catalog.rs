@@ -134,12 +134,7 @@ impl Catalog {
             .await?;
         let mut columns = vec![Column::key(ATTACHED_PK), Column::key(ATTACHED_RK)];
         for (prop, ty) in infer_columns(&page.entities) {
-            columns.push(Column {
-                name: prop,
-                ty,
-                not_null: false,
-                default: None,
-            });
+            columns.push(Column::property(&prop, ty));
         }
         let def = TableDef::new(
             name,

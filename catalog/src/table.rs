@@ -41,6 +41,16 @@ impl Column {
             default: None,
         }
     }
+
+    /// A property column: nullable, no default.
+    pub fn property(name: &str, ty: SqlType) -> Column {
+        Column {
+            name: name.to_owned(),
+            ty,
+            not_null: false,
+            default: None,
+        }
+    }
 }
 
 /// A column's DEFAULT. Deliberately limited to what needs no expression
@@ -381,12 +391,7 @@ mod tests {
     use super::*;
 
     fn col(name: &str, ty: SqlType) -> Column {
-        Column {
-            name: name.into(),
-            ty,
-            not_null: false,
-            default: None,
-        }
+        Column::property(name, ty)
     }
 
     fn runners() -> TableDef {

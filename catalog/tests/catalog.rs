@@ -6,12 +6,7 @@ use tablegate_catalog::*;
 use tablegate_store::{LocalStore, PartitionConfig, PartitionedStore, StoreOptions, TableStore};
 
 fn col(name: &str, ty: SqlType) -> Column {
-    Column {
-        name: name.into(),
-        ty,
-        not_null: false,
-        default: None,
-    }
+    Column::property(name, ty)
 }
 
 async fn open(dir: &std::path::Path) -> (Catalog, PartitionedStore) {

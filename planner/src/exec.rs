@@ -665,12 +665,7 @@ mod tests {
     use super::*;
 
     fn col(name: &str, ty: SqlType) -> Column {
-        Column {
-            name: name.into(),
-            ty,
-            not_null: false,
-            default: None,
-        }
+        Column::property(name, ty)
     }
 
     /// The two ways to build a batch agree: from entities, and from the

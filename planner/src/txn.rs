@@ -499,12 +499,7 @@ mod tests {
     use super::*;
 
     fn table() -> Arc<TableDef> {
-        let col = |n: &str, ty| Column {
-            name: n.into(),
-            ty,
-            not_null: false,
-            default: None,
-        };
+        let col = Column::property;
         Arc::new(
             TableDef::new(
                 "runners",
