@@ -11,6 +11,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use fjall::config::{BlockSizePolicy, HashRatioPolicy};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use parking_lot::Mutex;
 
@@ -21,6 +22,30 @@ impl From<fjall::Error> for StoreError {
     fn from(e: fjall::Error) -> Self {
         StoreError::Engine(e.to_string())
     }
+}
+
+/// Data block size of the entities keyspace. fjall's default is 4 KiB;
+/// 16 KiB blocks cost a full scan (1M entities of ~150 bytes) 12% less
+/// server CPU (392/378 ms → 336/332 ms in two paired runs) and a 100-row
+/// range 7% less: fewer blocks to find, load and start iterating per
+/// entity. Deliberately not larger: a point read whose block is not cached
+/// reads the whole block from disk.
+const ENTITY_BLOCK_BYTES: u32 = 16 * 1024;
+
+/// Hash index in each entities data block (fjall's `hash_ratio`: buckets
+/// per entity), so a point read inside a block is one probe instead of a
+/// binary search over restart keys and a linear walk. With 16 KiB blocks it
+/// took a prepared point lookup from 19.7–20.8 µs of server CPU to
+/// 16.0–18.0 µs (pgbench, 4 clients, 1M entities); costs ~1 byte per entity.
+const ENTITY_BLOCK_HASH_RATIO: f32 = 0.75;
+
+/// How the entities keyspace is laid out on disk. fjall stores these with
+/// the keyspace when it is created: a data directory keeps the layout it
+/// was created with.
+fn entity_keyspace_options() -> KeyspaceCreateOptions {
+    KeyspaceCreateOptions::default()
+        .data_block_size_policy(BlockSizePolicy::all(ENTITY_BLOCK_BYTES))
+        .data_block_hash_ratio_policy(HashRatioPolicy::all(ENTITY_BLOCK_HASH_RATIO))
 }
 
 /// fjall behind the [`Engine`] trait.
@@ -53,7 +78,7 @@ impl FjallEngine {
             .manual_journal_persist(true)
             .open()?;
         let ks = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
-        let entities = ks("entities")?;
+        let entities = db.keyspace("entities", entity_keyspace_options)?;
         let meta = ks("meta")?;
         let stats = ks("stats")?;
         Ok(FjallEngine {
