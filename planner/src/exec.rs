@@ -638,10 +638,16 @@ pub fn encoded_to_batch(
             filled[i] = true;
         }
         for p in properties {
-            let (name, v) = p?;
-            // The same column may be selected twice (`SELECT n, n`).
+            let p = p?;
+            // Decoded only when selected; the same column may be selected
+            // twice (`SELECT n, n`).
+            let mut value = None;
             for (i, c) in columns.iter().enumerate() {
-                if c.column.role == Role::Property && c.column.name == name {
+                if c.column.role == Role::Property && p.is_named(&c.column.name) {
+                    let v = match value {
+                        Some(v) => v,
+                        None => *value.insert(p.value()?),
+                    };
                     out[i].push(Some(v));
                     filled[i] = true;
                 }

@@ -159,10 +159,6 @@ impl<'a> Reader<'a> {
     fn i64(&mut self) -> Result<i64> {
         Ok(i64::from_be_bytes(self.array()?))
     }
-    fn str(&mut self, n: usize) -> Result<&'a str> {
-        std::str::from_utf8(self.take(n)?)
-            .map_err(|_| StoreError::Corrupt("stored string is not UTF-8".into()))
-    }
 }
 
 /// A property value borrowed from an encoded entity.
@@ -236,7 +232,7 @@ fn open_value(value: &[u8]) -> Result<(DateTime, Properties<'_>)> {
 }
 
 impl<'a> Iterator for Properties<'a> {
-    type Item = Result<(&'a str, ValueRef<'a>)>;
+    type Item = Result<RawProperty<'a>>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
@@ -252,28 +248,72 @@ impl<'a> Iterator for Properties<'a> {
 }
 
 impl<'a> Properties<'a> {
-    fn read(&mut self) -> Result<(&'a str, ValueRef<'a>)> {
+    /// Frames one property: its name, tag and payload bytes. Nothing is
+    /// checked beyond the framing, so skipping a property costs no more
+    /// than reading its lengths.
+    fn read(&mut self) -> Result<RawProperty<'a>> {
         let r = &mut self.r;
         let name_len = usize::from(r.u16()?);
-        let name = r.str(name_len)?;
-        let v = match r.u8()? {
-            TAG_STRING => {
-                let n = r.u32()? as usize;
-                ValueRef::String(r.str(n)?)
-            }
-            TAG_INT32 => ValueRef::Int32(i32::from_be_bytes(r.array()?)),
-            TAG_INT64 => ValueRef::Int64(r.i64()?),
-            TAG_DOUBLE => ValueRef::Double(f64::from_bits(u64::from_be_bytes(r.array()?))),
-            TAG_BOOLEAN => ValueRef::Boolean(r.u8()? != 0),
-            TAG_DATETIME => ValueRef::DateTime(DateTime(r.i64()?)),
-            TAG_GUID => ValueRef::Guid(r.array()?),
-            TAG_BINARY => {
-                let n = r.u32()? as usize;
-                ValueRef::Binary(r.take(n)?)
-            }
+        let name = r.take(name_len)?;
+        let tag = r.u8()?;
+        let len = match tag {
+            TAG_STRING | TAG_BINARY => r.u32()? as usize,
+            TAG_INT32 => 4,
+            TAG_INT64 | TAG_DOUBLE | TAG_DATETIME => 8,
+            TAG_BOOLEAN => 1,
+            TAG_GUID => 16,
             other => return Err(StoreError::Corrupt(format!("unknown value tag {other}"))),
         };
-        Ok((name, v))
+        let payload = r.take(len)?;
+        Ok(RawProperty { name, tag, payload })
+    }
+}
+
+/// One property of an encoded entity, framed but not decoded: a reader
+/// that wants a few columns compares names as bytes and decodes (and
+/// UTF-8-checks) only the values it keeps. A full scan that does not select
+/// a table's 100-character text column skips that check for every row.
+#[derive(Debug, Clone, Copy)]
+pub struct RawProperty<'a> {
+    name: &'a [u8],
+    tag: u8,
+    /// The payload's bytes, of the length its tag (or its own length
+    /// prefix) says: checked when it was framed.
+    payload: &'a [u8],
+}
+
+impl<'a> RawProperty<'a> {
+    /// Whether the property is called `name`.
+    pub fn is_named(&self, name: &str) -> bool {
+        self.name == name.as_bytes()
+    }
+
+    /// The property's name.
+    pub fn name(&self) -> Result<&'a str> {
+        std::str::from_utf8(self.name)
+            .map_err(|_| StoreError::Corrupt("stored property name is not UTF-8".into()))
+    }
+
+    /// The property's value.
+    pub fn value(&self) -> Result<ValueRef<'a>> {
+        let p = self.payload;
+        let be8 = || -> [u8; 8] { p.try_into().expect("framed as 8 bytes") };
+        Ok(match self.tag {
+            TAG_STRING => ValueRef::String(
+                std::str::from_utf8(p)
+                    .map_err(|_| StoreError::Corrupt("stored string is not UTF-8".into()))?,
+            ),
+            TAG_INT32 => {
+                ValueRef::Int32(i32::from_be_bytes(p.try_into().expect("framed as 4 bytes")))
+            }
+            TAG_INT64 => ValueRef::Int64(i64::from_be_bytes(be8())),
+            TAG_DOUBLE => ValueRef::Double(f64::from_bits(u64::from_be_bytes(be8()))),
+            TAG_BOOLEAN => ValueRef::Boolean(p[0] != 0),
+            TAG_DATETIME => ValueRef::DateTime(DateTime(i64::from_be_bytes(be8()))),
+            TAG_GUID => ValueRef::Guid(p.try_into().expect("framed as 16 bytes")),
+            TAG_BINARY => ValueRef::Binary(p),
+            other => return Err(StoreError::Corrupt(format!("unknown value tag {other}"))),
+        })
     }
 }
 
@@ -288,9 +328,9 @@ pub(crate) fn decode_entity(
     let (timestamp, props) = open_value(value)?;
     let mut properties = BTreeMap::new();
     for p in props {
-        let (name, v) = p?;
-        if projection.is_none_or(|p| p.iter().any(|n| n == name)) {
-            properties.insert(name.to_owned(), v.to_value());
+        let p = p?;
+        if projection.is_none_or(|names| names.iter().any(|n| p.is_named(n))) {
+            properties.insert(p.name()?.to_owned(), p.value()?.to_value());
         }
     }
     Ok(Entity {
@@ -333,8 +373,9 @@ impl EncodedEntity {
         std::str::from_utf8(k).unwrap_or_default()
     }
 
-    /// The Timestamp and the properties in name order, borrowed.
-    pub fn open(&self) -> Result<(DateTime, impl Iterator<Item = Result<(&str, ValueRef<'_>)>>)> {
+    /// The Timestamp and the properties in name order, borrowed and not yet
+    /// decoded.
+    pub fn open(&self) -> Result<(DateTime, impl Iterator<Item = Result<RawProperty<'_>>>)> {
         open_value(&self.value)
     }
 

@@ -50,7 +50,7 @@ pub mod query;
 pub use api::{PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore};
 pub use backend::{Backend, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use codec::{EncodedEntity, ValueRef};
+pub use codec::{EncodedEntity, RawProperty, ValueRef};
 pub use engine::Durability;
 pub use entity::{DateTime, ETag, EdmType, Entity, EntityWrite, IfMatch, Timestamp, Value};
 pub use error::{KeyKind, Result, StoreError};
