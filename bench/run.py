@@ -56,6 +56,10 @@ def plural(clients: int) -> str:
     return f"{clients} client" + ("" if clients == 1 else "s")
 
 
+def plural_runs(n: int) -> str:
+    return f"{n} run{'' if n == 1 else 's'}"
+
+
 def fmt_ratio(v: float | None) -> str:
     if v is None:
         return "n/a"
@@ -561,6 +565,14 @@ class Bench:
             self.titles[w.key] = w.title
         return r
 
+    def rounds(self, w: Workload, duration: int, rounds: int) -> None:
+        """`rounds` runs on each server, alternating which goes first, so
+        that a slow spell of this shared machine (or a warm cache left by
+        the other server) does not land on one server only."""
+        for i in range(rounds):
+            for s in ((self.pg, self.tg) if i % 2 == 0 else (self.tg, self.pg)):
+                self.pgbench(s, w, duration)
+
     def check_counters(self, w: Workload, r: PgbenchResult) -> None:
         """tablegate's own per-class statement counters must show the class
         EXPLAIN promised, once per statement pgbench ran."""
@@ -629,6 +641,7 @@ class Row:
     pg: float | None
     tg: float | None
     ratio: float | None
+    spread: str = ""  # what the medians summarise (each round's ratio, or the runs)
 
 
 def median(xs: list[float]) -> float:
@@ -734,6 +747,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--clients", default="1,4,16", help="client counts of the point lookups (default 1,4,16)")
     ap.add_argument("--group-clients", type=int, default=4,
                     help="clients of the row-range and write workloads (default 4)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="pgbench runs per server and workload, alternating which server goes first; the report "
+                         "gives each server's median (default 3)")
     ap.add_argument("--runs", type=int, default=5, help="runs of the full-scan aggregate (default 5)")
     ap.add_argument("--warmup", type=int, default=5,
                     help="seconds of point lookups on each server before measuring (default 5, 0: none)")
@@ -752,8 +768,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         ap.error("--clients is a comma-separated list of numbers, e.g. 1,4,16")
     if not args.clients or min(args.clients + [args.group_clients]) < 1 or max(args.clients + [args.group_clients]) > 90:
         ap.error("client counts must be from 1 to 90 (both servers allow 100 connections)")
-    if args.partitions < 1 or args.rows < 1 or args.duration < 1 or args.runs < 1:
-        ap.error("--partitions, --rows, --duration and --runs must be positive")
+    if min(args.partitions, args.rows, args.duration, args.runs, args.rounds) < 1:
+        ap.error("--partitions, --rows, --duration, --runs and --rounds must be positive")
     return args
 
 
@@ -872,8 +888,7 @@ def run_all(args, layout: Layout, bench: Bench, pg: PgCluster, tg: Tablegate, wo
                                   explain_sql=substitute(scripts["range"], values)))
     for w in workloads:
         bench.explain_class(w)
-        for s in (P, T):
-            bench.pgbench(s, w, args.duration)
+        bench.rounds(w, args.duration, args.rounds)
 
     if "c" in args.only:
         w = Workload("c", "scan-aggregate", "full-scan aggregate", expect_class="full-scan", explain_sql=SCAN_SQL)
@@ -901,26 +916,29 @@ def run_all(args, layout: Layout, bench: Bench, pg: PgCluster, tg: Tablegate, wo
                            ("multi", f"one 100-row INSERT, one new pk, {plural(c)}")):
             w = Workload("d", f"{key}100-prepared-c{c}", title, "prepared", c, scripts[key], rows_per_txn=100,
                          writes=True)
-            for s in (P, T):
-                bench.pgbench(s, w, args.duration)
+            bench.rounds(w, args.duration, args.rounds)
     return report
 
 
 def write_report(args, binary: Path, layout: Layout, started: datetime.datetime, bench: Bench,
                  sampler: MemSampler, report: dict) -> None:
     rows: list[Row] = []
-    by = {(r.server, r.workload): r for r in bench.results}
+    by: dict[tuple[str, str], list[PgbenchResult]] = {}
     keys = []
     for r in bench.results:
+        by.setdefault((r.server, r.workload), []).append(r)
         if r.workload not in keys:
             keys.append(r.workload)
     for k in keys:
-        pg_r, tg_r = by.get(("PostgreSQL", k)), by.get(("tablegate", k))
+        pg_rs, tg_rs = by[("PostgreSQL", k)], by[("tablegate", k)]
         mult = 100 if k.startswith(("egt", "multi")) else 1
         wid = "d" if mult == 100 else ("b" if k.startswith("range") else "a")
-        unit = "rows/s" if mult == 100 else "tps"
-        pv, tv = pg_r.tps * mult, tg_r.tps * mult
-        rows.append(Row(wid, k, bench.titles.get(k, k), unit, pv, tv, tv / pv if pv else None))
+        unit = ("rows/s" if mult == 100 else "tps") + (" (median)" if len(pg_rs) > 1 else "")
+        pv, tv = median([r.tps for r in pg_rs]) * mult, median([r.tps for r in tg_rs]) * mult
+        # Round i's ratio pairs the two servers' i-th runs.
+        per_round = sorted(t.tps / p.tps for p, t in zip(pg_rs, tg_rs) if p.tps)
+        spread = (f"{fmt_ratio(per_round[0])} to {fmt_ratio(per_round[-1])}" if len(per_round) > 1 else "")
+        rows.append(Row(wid, k, bench.titles.get(k, k), unit, pv, tv, tv / pv if pv else None, spread))
     if "scan" in report:
         s = report["scan"]
         tg_med = median(s["tablegate"])
@@ -928,7 +946,8 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
                              ("PostgreSQL serial", "scan-aggregate vs PG serial")):
             pg_med = median(s[label])
             rows.append(Row("c", "scan-" + ("parallel" if label == "PostgreSQL" else "serial"), title,
-                            "ms (median)", pg_med, tg_med, pg_med / tg_med if tg_med else None))
+                            "ms (median)", pg_med, tg_med, pg_med / tg_med if tg_med else None,
+                            f"{plural_runs(len(s['tablegate']))} each"))
     rows.sort(key=lambda r: r.id)  # stable: a, b, c, d in run order
     res = []
     for phase in ("load", "reads", "writes", None):
@@ -956,16 +975,17 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
         n += 1
     md_path, svg_path = out_dir / f"{stem}.md", out_dir / f"{stem}.svg"
 
-    ratio_table = ["| # | workload | unit | PostgreSQL | tablegate | ratio |", "|---|---|---|--:|--:|--:|"]
+    ratio_table = ["| # | workload | unit | PostgreSQL | tablegate | ratio | each round's ratio |",
+                   "|---|---|---|--:|--:|--:|--:|"]
     for r in rows:
         ratio_table.append(f"| {r.id} | {r.title} | {r.unit} | {fmt_num(r.pg)} | {fmt_num(r.tg)} "
-                           f"| {fmt_ratio(r.ratio)} |")
+                           f"| {fmt_ratio(r.ratio)} | {r.spread} |")
     res_table = ["| # | measure | unit | PostgreSQL | tablegate |", "|---|---|---|--:|--:|"]
     for wid, what, unit, pv, tv in res:
         res_table.append(f"| {wid} | {what} | {unit} | {fmt_num(pv)} | {fmt_num(tv)} |")
 
     print()
-    print("Ratios (a, b, d: tablegate ÷ PostgreSQL throughput; c: PostgreSQL time ÷ tablegate time;")
+    print("Ratios (a, b, d: tablegate ÷ PostgreSQL median throughput; c: PostgreSQL time ÷ tablegate time;")
     print("        > 1 means tablegate is faster)")
     print("\n".join(ratio_table))
     print()
@@ -985,13 +1005,15 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
           f"Linux {mach['kernel']} |",
           f"| data | `entities`: {layout.partitions:,} partitions × {layout.rows:,} rows = {layout.total:,} rows "
           f"(CSV {report['csv_mib']:,.1f} MiB) |",
-          f"| pgbench runs | {args.duration} s each; point lookup clients {','.join(map(str, args.clients))}; "
+          f"| pgbench runs | {args.duration} s each, {args.rounds} per server and workload (alternating which "
+          f"server goes first; medians reported); point lookup clients {','.join(map(str, args.clients))}; "
           f"range and write clients {args.group_clients}; warm-up {args.warmup} s |",
           f"| full-scan runs | {args.runs} per server |",
           f"| command | `bench/run.py {' '.join(sys.argv[1:])}` |", "",
           "## Ratios", "",
-          "a, b, d: tablegate throughput ÷ PostgreSQL throughput. c: PostgreSQL median time ÷ tablegate median "
-          "time. In every row **> 1 means tablegate is faster**.", "",
+          "a, b, d: tablegate median throughput ÷ PostgreSQL median throughput; the last column is the lowest "
+          "and highest ratio of one round's pair of runs (how much this machine moved during the run). "
+          "c: PostgreSQL median time ÷ tablegate median time. In every row **> 1 means tablegate is faster**.", "",
           *ratio_table, "",
           f"![ratios]({svg_path.name})", "",
           "## Resources (raw numbers)", "",
