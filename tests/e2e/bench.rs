@@ -38,7 +38,16 @@ fn bench_script_runs_every_workload_and_writes_report_and_chart() {
         .arg(&script)
         .args(["--tablegate", env!("CARGO_BIN_EXE_tablegate")])
         .args(["--partitions", "4", "--rows", "50", "--duration", "1"])
-        .args(["--runs", "1", "--rounds", "2", "--clients", "1,2", "--group-clients", "2"])
+        .args([
+            "--runs",
+            "1",
+            "--rounds",
+            "2",
+            "--clients",
+            "1,2",
+            "--group-clients",
+            "2",
+        ])
         .args(["--warmup", "0", "--out"])
         .arg(out.path())
         .output()

@@ -143,3 +143,88 @@ fn concurrent_if_match_updates_never_lose_an_update() {
         );
     }
 }
+
+/// Long batches read the entities they touch with one scan (sparse spans)
+/// or with lookups (spans crowded with other entities): both see exactly
+/// the stored entities, so Insert fails on the one that exists, upserts
+/// report what existed, and nothing of a failed batch is applied.
+#[test]
+fn long_batches_see_existing_entities_in_sparse_and_crowded_spans() {
+    for (name, s, _dir) in stores() {
+        s.create_table_blocking("batches").unwrap();
+        // Even RowKeys 000..098 exist in "sparse"; every key 000..299 in "crowded".
+        let evens: Vec<_> = (0..100)
+            .step_by(2)
+            .map(|i| {
+                Operation::Insert(
+                    EntityWrite::new("sparse", format!("{i:03}")).with("v", Value::Int32(i)),
+                )
+            })
+            .collect();
+        s.execute_blocking("batches", &evens).unwrap();
+        let all: Vec<_> = (0..300)
+            .map(|i| {
+                Operation::Insert(
+                    EntityWrite::new("crowded", format!("{i:03}")).with("v", Value::Int32(i)),
+                )
+            })
+            .collect();
+        for chunk in all.chunks(100) {
+            s.execute_blocking("batches", chunk).unwrap();
+        }
+
+        // 20 new odd keys and one existing even key (operation 13), in no order.
+        let mut ops: Vec<_> = (0..20)
+            .map(|i| Operation::Insert(EntityWrite::new("sparse", format!("{:03}", 97 - 4 * i))))
+            .collect();
+        ops.insert(13, Operation::Insert(EntityWrite::new("sparse", "050")));
+        match s.execute_blocking("batches", &ops) {
+            Err(StoreError::BatchOperationFailed { index, source }) => {
+                assert_eq!(index, 13, "{name}");
+                assert!(
+                    matches!(*source, StoreError::EntityAlreadyExists { .. }),
+                    "{name}: {source}"
+                );
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert!(
+            s.get_blocking("batches", "sparse", "097")
+                .unwrap()
+                .is_none(),
+            "{name}: nothing applied"
+        );
+        ops.remove(13);
+        let out = s.execute_blocking("batches", &ops).unwrap();
+        assert!(out.iter().all(|o| !o.existed), "{name}");
+
+        // Upserts over every 10th key of "crowded" (the span holds ten times
+        // as many entities as the batch) and of "sparse" (half exist).
+        for pk in ["crowded", "sparse"] {
+            let ops: Vec<_> = (0..30)
+                .map(|i| {
+                    Operation::InsertOrMerge(
+                        EntityWrite::new(pk, format!("{:03}", i * 10)).with("w", Value::Int32(i)),
+                    )
+                })
+                .collect();
+            let out = s.execute_blocking("batches", &ops).unwrap();
+            for (i, o) in out.iter().enumerate() {
+                let key = i * 10;
+                let existed = pk == "crowded" || key < 100;
+                assert_eq!(o.existed, existed, "{name} {pk} {key}");
+                let e = o.entity.as_ref().unwrap();
+                assert_eq!(
+                    e.properties.contains_key("v"),
+                    existed,
+                    "{name} {pk} {key}: merged"
+                );
+                assert_eq!(
+                    e.properties["w"],
+                    Value::Int32(i as i32),
+                    "{name} {pk} {key}"
+                );
+            }
+        }
+    }
+}

@@ -301,7 +301,7 @@ fn write_step(len: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Ste
             if_match(),
             proptest::option::weighted(0.5, any::<Index>()),
         ),
-        6,
+        RKS.len(),
     );
     (
         table(),
@@ -469,6 +469,8 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         10 => write_step(1..=1),
         10 => write_step(2..=6),
+        // Every RowKey: batches this long read by one scan.
+        3 => write_step(7..=8),
         1 => (table(), select(PKS), select(vec![99usize, 100, 101]))
             .prop_map(|(table, pk, n)| Step::Big { table, pk, n }),
         1 => table().prop_map(|table| Step::Empty { table }),
