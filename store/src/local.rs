@@ -42,7 +42,7 @@ const PURGE_CHUNK: usize = 4096;
 /// How often (in scanned entities) a page checks its time budget.
 const BUDGET_CHECK_EVERY: u64 = 64;
 /// Batches of at least this many operations read the entities they touch
-/// with one scan ([`LocalStore::read_current_by_range`]).
+/// with one scan (`Inner::read_current_by_range`).
 const RANGE_READ_MIN_OPS: usize = 8;
 
 /// How to open a [`LocalStore`].
