@@ -52,12 +52,8 @@ def fmt_num(v: float | None) -> str:
     return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
 
 
-def plural(clients: int) -> str:
-    return f"{clients} client" + ("" if clients == 1 else "s")
-
-
-def plural_runs(n: int) -> str:
-    return f"{n} run{'' if n == 1 else 's'}"
+def plural(n: int, word: str = "client") -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def fmt_ratio(v: float | None) -> str:
@@ -947,7 +943,7 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
             pg_med = median(s[label])
             rows.append(Row("c", "scan-" + ("parallel" if label == "PostgreSQL" else "serial"), title,
                             "ms (median)", pg_med, tg_med, pg_med / tg_med if tg_med else None,
-                            f"{plural_runs(len(s['tablegate']))} each"))
+                            f"{plural(len(s['tablegate']), 'run')} each"))
     rows.sort(key=lambda r: r.id)  # stable: a, b, c, d in run order
     res = []
     for phase in ("load", "reads", "writes", None):
