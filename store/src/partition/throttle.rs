@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::load::PruneMark;
 use crate::error::StoreError;
 
 /// Scalability targets in entities per second. `None` disables throttling.
@@ -116,9 +117,14 @@ pub(crate) struct Scope<'a> {
 #[derive(Debug, Default)]
 struct State {
     partitions: HashMap<(String, String), Bucket>,
+    /// When `partitions` is next pruned.
+    partitions_mark: PruneMark,
     servers: HashMap<usize, Bucket>,
     account: Option<Bucket>,
 }
+
+/// PartitionKey buckets kept before idle (full) ones are forgotten.
+const PARTITION_BUCKETS_KEPT: usize = 10_000;
 
 /// Counts of throttled requests, by what throttled them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -241,10 +247,14 @@ impl Throttle {
         b.refill(t.per_account, t.burst, now);
         b.balance -= cost;
         // Keep the partition map small: forget buckets long idle (full).
-        if st.partitions.len() > 10_000 {
-            st.partitions
-                .retain(|_, b| now - b.updated_micros < IDLE_FORGET_MICROS || b.balance < 0.0);
-        }
+        let State {
+            partitions,
+            partitions_mark,
+            ..
+        } = &mut *st;
+        partitions_mark.prune(partitions, PARTITION_BUCKETS_KEPT, |_, b| {
+            now - b.updated_micros < IDLE_FORGET_MICROS || b.balance < 0.0
+        });
     }
 }
 
