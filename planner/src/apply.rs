@@ -619,10 +619,14 @@ impl Groups {
                 size += ops[end].payload_size();
                 end += 1;
             }
-            let chunk = ops[start..end].to_vec();
+            // The store takes the operations by value: copied once for the
+            // first attempt, and again only for a retry (every attempt
+            // copied them, so every statement copied each row twice).
+            let mut first = Some(ops[start..end].to_vec());
             let mut stats = RetryStats::default();
             let res = with_retry(&r.opts.retry, &mut stats, || {
-                r.store.execute(table, chunk.clone())
+                let chunk = first.take().unwrap_or_else(|| ops[start..end].to_vec());
+                r.store.execute(table, chunk)
             })
             .await;
             match res {
