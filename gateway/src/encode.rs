@@ -1023,45 +1023,44 @@ pub fn batch_stream<S>(
 where
     S: Stream<Item = Result<RecordBatch, PgError>> + Send + Unpin + 'static,
 {
-    futures::stream::unfold(
-        (batches, std::collections::VecDeque::<DataRow>::new(), false),
-        move |(mut rows, mut pending, done)| {
-            let fields = fields.clone();
-            let stop = stop.clone();
-            async move {
-                loop {
-                    if let Some(r) = pending.pop_front() {
-                        return Some((Ok(r), (rows, pending, done)));
-                    }
-                    if done {
-                        return None;
-                    }
-                    let next = tokio::select! {
-                        n = rows.next() => n,
-                        e = stop.wait() => {
-                            return Some((Err(wire_error(e)), (rows, pending, true)));
-                        }
-                    };
-                    match next {
-                        None => return None,
-                        Some(Err(e)) => {
-                            return Some((Err(wire_error(e)), (rows, pending, true)));
-                        }
-                        Some(Ok(batch)) => {
-                            let mut v = Vec::with_capacity(batch.num_rows());
-                            if let Err(e) = encode_batch(&batch, &fields, &mut v) {
-                                return Some((Err(e), (rows, pending, true)));
-                            }
-                            pending.extend(v);
-                        }
+    // One step per batch: its rows are encoded together, then handed out
+    // by a plain iterator. (A step per row moved the whole stream state in
+    // and out of a new future for every row, ~4% of a 100-row range
+    // query.) A batch's rows all go out before `stop` is looked at again.
+    let per_batch = futures::stream::unfold((batches, false), move |(mut batches, done)| {
+        let fields = fields.clone();
+        let stop = stop.clone();
+        async move {
+            if done {
+                return None;
+            }
+            let next = tokio::select! {
+                n = batches.next() => n,
+                e = stop.wait() => return Some((Err(wire_error(e)), (batches, true))),
+            };
+            match next? {
+                Err(e) => Some((Err(wire_error(e)), (batches, true))),
+                Ok(batch) => {
+                    let mut rows = Vec::with_capacity(batch.num_rows());
+                    match encode_batch(&batch, &fields, &mut rows) {
+                        Ok(()) => Some((Ok(rows), (batches, false))),
+                        Err(e) => Some((Err(e), (batches, true))),
                     }
                 }
             }
-        },
-    )
-    // Polled again after its end (a FETCH past the last row) it must say
-    // None, not panic.
-    .fuse()
+        }
+    });
+    per_batch
+        .flat_map(|encoded| {
+            let (rows, error) = match encoded {
+                Ok(rows) => (rows, None),
+                Err(e) => (Vec::new(), Some(Err(e))),
+            };
+            futures::stream::iter(rows.into_iter().map(Ok).chain(error))
+        })
+        // Polled again after its end (a FETCH past the last row) it must
+        // say None, not panic.
+        .fuse()
 }
 
 #[cfg(test)]
