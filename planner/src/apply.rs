@@ -61,6 +61,10 @@ struct Intent {
     rk: String,
     /// The proposed row (INSERT).
     proposed: Option<Row>,
+    /// The proposed row as the store's write, built (and checked) once
+    /// when the intent is made and taken by the first decision; a decision
+    /// after a conflict builds it again from `proposed`.
+    write: Option<EntityWrite>,
     read: Read,
 }
 
@@ -146,6 +150,7 @@ pub async fn run(
                             pk: e.partition_key.clone(),
                             rk: e.row_key.clone(),
                             proposed: None,
+                            write: None,
                             read: Read::Known(Some(e)),
                         },
                     )
@@ -210,9 +215,10 @@ async fn push_rows(
             _ => Read::Unread,
         };
         intents.push(Intent {
-            pk: w.partition_key,
-            rk: w.row_key,
+            pk: w.partition_key.clone(),
+            rk: w.row_key.clone(),
             proposed: Some(row),
+            write: Some(w),
             read,
         });
     }
@@ -319,7 +325,14 @@ impl Runner<'_> {
 
     /// Decides what to do to one entity given its current state (`None`:
     /// absent). `None` means leave it alone.
-    fn decide(&self, it: &Intent, current: Option<&Entity>) -> Result<Option<Change>> {
+    ///
+    /// `write` is the intent's own write (taken from it) if still unused.
+    fn decide(
+        &self,
+        it: &Intent,
+        current: Option<&Entity>,
+        mut write: Option<EntityWrite>,
+    ) -> Result<Option<Change>> {
         let table = &self.plan.table;
         let keys = || EntityWrite::new(it.pk.clone(), it.rk.clone());
         let set_write = |set: &[(ColumnRef, crate::write::VExpr)], cur: Option<&Entity>| {
@@ -336,8 +349,11 @@ impl Runner<'_> {
             check_not_null(table, &w)?;
             Ok::<_, PlanError>(w)
         };
-        let proposed = || -> Result<EntityWrite> {
-            Ok(table.entity_write(it.proposed.as_deref().unwrap_or_default())?)
+        let mut proposed = || -> Result<EntityWrite> {
+            match write.take() {
+                Some(w) => Ok(w),
+                None => Ok(table.entity_write(it.proposed.as_deref().unwrap_or_default())?),
+            }
         };
         Ok(match &self.plan.kind {
             WriteKind::Insert { conflict, .. } => match (conflict, current) {
@@ -461,7 +477,7 @@ enum Sink<'t> {
 }
 
 impl Sink<'_> {
-    async fn push(&mut self, r: &Runner<'_>, it: Intent) -> Result<()> {
+    async fn push(&mut self, r: &Runner<'_>, mut it: Intent) -> Result<()> {
         match self {
             Sink::Auto(g) => {
                 if g.pending.first().is_some_and(|f| {
@@ -485,7 +501,8 @@ impl Sink<'_> {
                     ),
                 };
                 let current = read.clone().flatten();
-                let Some(change) = r.decide(&it, current.as_ref())? else {
+                let write = it.write.take();
+                let Some(change) = r.decide(&it, current.as_ref(), write)? else {
                     return Ok(());
                 };
                 let deleted = matches!(change, Change::Delete);
@@ -547,12 +564,13 @@ impl Groups {
             }
             let mut ops = Vec::new();
             let mut from = Vec::new();
-            for (i, it) in group.iter().enumerate() {
+            for (i, it) in group.iter_mut().enumerate() {
+                let write = it.write.take();
                 let current = match &it.read {
                     Read::Known(k) => k.as_ref(),
                     _ => None,
                 };
-                if let Some(change) = r.decide(it, current)? {
+                if let Some(change) = r.decide(it, current, write)? {
                     ops.push(operation(&it.pk, &it.rk, change, &it.read));
                     from.push(i);
                 }
