@@ -42,7 +42,7 @@ use crate::local::LocalStore;
 use crate::ops::{OpOutcome, Operation};
 use crate::query::{KeyBox, Page, PageRequest, Query};
 
-use load::LoadTracker;
+use load::{LoadTracker, Meter, Pair, with_entry};
 use map::TableMap;
 use throttle::{BucketKind, Scope, Throttle};
 
@@ -223,6 +223,16 @@ struct Route {
     server: usize,
     /// For queries: where the page must stop.
     stop: Option<String>,
+}
+
+/// `name` in lower case, copied only if it has upper-case letters (table
+/// names are matched case-insensitively; most are written in lower case).
+fn lowercase(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
 }
 
 fn is_system(name: &str) -> bool {
@@ -544,7 +554,7 @@ impl PartitionedStore {
                 partitions: stats.len() as u64,
                 load_per_sec: load
                     .ranges
-                    .get(&(lower.clone(), r.lo.clone()))
+                    .get(&Pair(&lower, &r.lo))
                     .map_or(0.0, |m| m.rate(now, w)),
                 offline: r.offline_until > now,
             });
@@ -684,10 +694,10 @@ impl Shared {
     }
 
     fn route(&self, table: &str, pk: &str) -> Result<Route> {
-        let lower = table.to_ascii_lowercase();
+        let lower = lowercase(table);
         let maps = self.maps.read();
         let map = maps
-            .get(&lower)
+            .get(&*lower)
             .filter(|_| !is_system(&lower))
             .ok_or_else(|| StoreError::TableNotFound {
                 name: table.to_owned(),
@@ -735,10 +745,10 @@ impl Shared {
                     server.mark_over(now, w);
                 }
                 if let Some(pk) = scope.partition {
-                    load.partitions
-                        .entry((scope.table.to_ascii_lowercase(), pk.to_owned()))
-                        .or_default()
-                        .add(now, demand, w);
+                    let table = lowercase(scope.table);
+                    with_entry(&mut load.partitions, (&table, pk), Meter::default, |m| {
+                        m.add(now, demand, w);
+                    });
                 }
                 Err(refused.error)
             }
@@ -749,21 +759,16 @@ impl Shared {
         let now = self.now();
         self.throttle.charge(scope, cost, now);
         let w = window_secs(self.config.balance_window).max(window_secs(self.config.load_window));
-        let table = scope.table.to_ascii_lowercase();
+        let table = lowercase(scope.table);
         let mut load = self.load.lock();
         load.servers
             .entry(scope.server)
             .or_default()
             .add(now, cost, w);
-        load.ranges
-            .entry((table.clone(), route.lo.clone()))
-            .or_default()
-            .add(now, cost, w);
+        let add = |m: &mut Meter| m.add(now, cost, w);
+        with_entry(&mut load.ranges, (&table, &route.lo), Meter::default, add);
         if let Some(pk) = scope.partition {
-            load.partitions
-                .entry((table, pk.to_owned()))
-                .or_default()
-                .add(now, cost, w);
+            with_entry(&mut load.partitions, (&table, pk), Meter::default, add);
         }
         load.prune(now, w);
     }

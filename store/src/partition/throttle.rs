@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::load::PruneMark;
+use super::load::{Pair, PairMap, PruneMark, with_entry};
 use crate::error::StoreError;
 
 /// Scalability targets in entities per second. `None` disables throttling.
@@ -116,7 +116,7 @@ pub(crate) struct Scope<'a> {
 
 #[derive(Debug, Default)]
 struct State {
-    partitions: HashMap<(String, String), Bucket>,
+    partitions: PairMap<Bucket>,
     /// When `partitions` is next pruned.
     partitions_mark: PruneMark,
     servers: HashMap<usize, Bucket>,
@@ -167,23 +167,22 @@ impl Throttle {
             return Ok(());
         };
         let mut st = self.state.lock();
-        if let Some(pk) = scope.partition {
-            let key = (scope.table.to_owned(), pk.to_owned());
-            if let Some(b) = st.partitions.get_mut(&key) {
-                b.refill(t.per_partition, t.burst, now);
-                if b.balance <= 0.0 {
-                    let retry_after = b.wait(t.per_partition);
-                    drop(st);
-                    self.counts.lock().partition += 1;
-                    return Err(Refused {
-                        kind: BucketKind::Partition,
-                        error: busy(
-                            format!("partition {pk:?} of table {}", scope.table),
-                            t.per_partition,
-                            retry_after,
-                        ),
-                    });
-                }
+        if let Some(pk) = scope.partition
+            && let Some(b) = st.partitions.get_mut(&Pair(scope.table, pk))
+        {
+            b.refill(t.per_partition, t.burst, now);
+            if b.balance <= 0.0 {
+                let retry_after = b.wait(t.per_partition);
+                drop(st);
+                self.counts.lock().partition += 1;
+                return Err(Refused {
+                    kind: BucketKind::Partition,
+                    error: busy(
+                        format!("partition {pk:?} of table {}", scope.table),
+                        t.per_partition,
+                        retry_after,
+                    ),
+                });
             }
         }
         if let Some(b) = st.servers.get_mut(&scope.server) {
@@ -228,12 +227,11 @@ impl Throttle {
         let cost = cost as f64;
         let mut st = self.state.lock();
         if let Some(pk) = scope.partition {
-            let b = st
-                .partitions
-                .entry((scope.table.to_owned(), pk.to_owned()))
-                .or_insert_with(|| Bucket::full(t.per_partition, t.burst, now));
-            b.refill(t.per_partition, t.burst, now);
-            b.balance -= cost;
+            let full = || Bucket::full(t.per_partition, t.burst, now);
+            with_entry(&mut st.partitions, (scope.table, pk), full, |b| {
+                b.refill(t.per_partition, t.burst, now);
+                b.balance -= cost;
+            });
         }
         let b = st
             .servers
