@@ -68,6 +68,13 @@ impl Bucket {
         self.updated_micros = now;
     }
 
+    /// Refills, then: how long until the balance is positive again, if it
+    /// is not now.
+    fn empty(&mut self, rate: u64, burst: f64, now: i64) -> Option<Duration> {
+        self.refill(rate, burst, now);
+        (self.balance <= 0.0).then(|| self.wait(rate))
+    }
+
     /// How long until the balance is positive again.
     fn wait(&self, rate: u64) -> Duration {
         if self.balance > 0.0 {
@@ -167,51 +174,43 @@ impl Throttle {
             return Ok(());
         };
         let mut st = self.state.lock();
-        if let Some(pk) = scope.partition
+        // The first empty bucket of the request's partition, server and
+        // account refuses it, naming itself.
+        let refused = if let Some(pk) = scope.partition
             && let Some(b) = st.partitions.get_mut(&Pair(scope.table, pk))
+            && let Some(wait) = b.empty(t.per_partition, t.burst, now)
         {
-            b.refill(t.per_partition, t.burst, now);
-            if b.balance <= 0.0 {
-                let retry_after = b.wait(t.per_partition);
-                drop(st);
-                self.counts.lock().partition += 1;
-                return Err(Refused {
-                    kind: BucketKind::Partition,
-                    error: busy(
-                        format!("partition {pk:?} of table {}", scope.table),
-                        t.per_partition,
-                        retry_after,
-                    ),
-                });
+            let what = format!("partition {pk:?} of table {}", scope.table);
+            Some((BucketKind::Partition, what, t.per_partition, wait))
+        } else if let Some(b) = st.servers.get_mut(&scope.server)
+            && let Some(wait) = b.empty(t.per_server, t.burst, now)
+        {
+            let what = format!("partition server {}", scope.server);
+            Some((BucketKind::Server, what, t.per_server, wait))
+        } else if let Some(b) = st.account.as_mut()
+            && let Some(wait) = b.empty(t.per_account, t.burst, now)
+        {
+            Some((
+                BucketKind::Account,
+                "the account".to_owned(),
+                t.per_account,
+                wait,
+            ))
+        } else {
+            None
+        };
+        drop(st);
+        if let Some((kind, what, target, retry_after)) = refused {
+            let mut counts = self.counts.lock();
+            match kind {
+                BucketKind::Partition => counts.partition += 1,
+                BucketKind::Server => counts.server += 1,
+                BucketKind::Account => counts.account += 1,
             }
-        }
-        if let Some(b) = st.servers.get_mut(&scope.server) {
-            b.refill(t.per_server, t.burst, now);
-            if b.balance <= 0.0 {
-                let retry_after = b.wait(t.per_server);
-                drop(st);
-                self.counts.lock().server += 1;
-                return Err(Refused {
-                    kind: BucketKind::Server,
-                    error: busy(
-                        format!("partition server {}", scope.server),
-                        t.per_server,
-                        retry_after,
-                    ),
-                });
-            }
-        }
-        if let Some(b) = st.account.as_mut() {
-            b.refill(t.per_account, t.burst, now);
-            if b.balance <= 0.0 {
-                let retry_after = b.wait(t.per_account);
-                drop(st);
-                self.counts.lock().account += 1;
-                return Err(Refused {
-                    kind: BucketKind::Account,
-                    error: busy("the account".to_owned(), t.per_account, retry_after),
-                });
-            }
+            return Err(Refused {
+                kind,
+                error: busy(what, target, retry_after),
+            });
         }
         Ok(())
     }
@@ -349,6 +348,9 @@ mod tests {
         assert_eq!(err.kind, BucketKind::Account);
         let err = err.error;
         assert!(err.to_string().contains("account"), "{err}");
+        // Each refusal is counted once, under the bucket that refused.
+        let counts = t.counts();
+        assert_eq!((counts.partition, counts.server, counts.account), (0, 1, 1));
     }
 
     #[test]
