@@ -136,6 +136,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.buf.len() < n {
             return Err(StoreError::Corrupt("entity value truncated".into()));
@@ -144,18 +145,23 @@ impl<'a> Reader<'a> {
         self.buf = tail;
         Ok(head)
     }
+    #[inline]
     fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
         Ok(self.take(N)?.try_into().expect("length checked"))
     }
+    #[inline]
     fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
+    #[inline]
     fn u16(&mut self) -> Result<u16> {
         Ok(u16::from_be_bytes(self.array()?))
     }
+    #[inline]
     fn u32(&mut self) -> Result<u32> {
         Ok(u32::from_be_bytes(self.array()?))
     }
+    #[inline]
     fn i64(&mut self) -> Result<i64> {
         Ok(i64::from_be_bytes(self.array()?))
     }
@@ -221,6 +227,7 @@ struct Properties<'a> {
 }
 
 /// Reads an encoded value's header: its timestamp and its properties.
+#[inline]
 fn open_value(value: &[u8]) -> Result<(DateTime, Properties<'_>)> {
     let mut r = Reader { buf: value };
     if r.u8()? != VALUE_FORMAT_V1 {
@@ -234,6 +241,7 @@ fn open_value(value: &[u8]) -> Result<(DateTime, Properties<'_>)> {
 impl<'a> Iterator for Properties<'a> {
     type Item = Result<RawProperty<'a>>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;
@@ -251,6 +259,7 @@ impl<'a> Properties<'a> {
     /// Frames one property: its name, tag and payload bytes. Nothing is
     /// checked beyond the framing, so skipping a property costs no more
     /// than reading its lengths.
+    #[inline]
     fn read(&mut self) -> Result<RawProperty<'a>> {
         let r = &mut self.r;
         let name_len = usize::from(r.u16()?);
@@ -284,8 +293,16 @@ pub struct RawProperty<'a> {
 
 impl<'a> RawProperty<'a> {
     /// Whether the property is called `name`.
+    #[inline]
     pub fn is_named(&self, name: &str) -> bool {
         self.name == name.as_bytes()
+    }
+
+    /// How the property's name orders against `name` (byte order, the order
+    /// properties are stored in).
+    #[inline]
+    pub fn name_cmp(&self, name: &str) -> std::cmp::Ordering {
+        self.name.cmp(name.as_bytes())
     }
 
     /// The property's name.
@@ -295,6 +312,7 @@ impl<'a> RawProperty<'a> {
     }
 
     /// The property's value.
+    #[inline]
     pub fn value(&self) -> Result<ValueRef<'a>> {
         let p = self.payload;
         let be8 = || -> [u8; 8] { p.try_into().expect("framed as 8 bytes") };
@@ -361,6 +379,7 @@ impl EncodedEntity {
     }
 
     /// PartitionKey.
+    #[inline]
     pub fn partition_key(&self) -> &str {
         let k = &self.key[TABLE_PREFIX_LEN..TABLE_PREFIX_LEN + self.pk_len];
         // Checked to be UTF-8 when the page was read.
@@ -368,6 +387,7 @@ impl EncodedEntity {
     }
 
     /// RowKey.
+    #[inline]
     pub fn row_key(&self) -> &str {
         let k = &self.key[TABLE_PREFIX_LEN + self.pk_len + 1..];
         std::str::from_utf8(k).unwrap_or_default()
@@ -375,6 +395,7 @@ impl EncodedEntity {
 
     /// The Timestamp and the properties in name order, borrowed and not yet
     /// decoded.
+    #[inline]
     pub fn open(&self) -> Result<(DateTime, impl Iterator<Item = Result<RawProperty<'_>>>)> {
         open_value(&self.value)
     }
