@@ -27,7 +27,8 @@ use config::ServeArgs;
 
 /// mimalloc, not the system allocator: the serving path allocates small
 /// objects on every request from many threads, where glibc's malloc spent a
-/// third of a 100-row range query's CPU (bench/README.md).
+/// third of a 100-row range query's CPU (bench/README.md). Built without
+/// transparent huge pages (the `no_thp` feature; Cargo.toml says why).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
