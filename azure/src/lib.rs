@@ -157,7 +157,7 @@ impl AzureStore {
         &self,
         remote: &str,
         table: &str,
-        ops: Vec<Operation>,
+        ops: &[Operation],
     ) -> Result<Vec<(Operation, Option<Entity>, bool)>> {
         let mut out = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().cloned().enumerate() {
@@ -552,10 +552,10 @@ impl TableStore for AzureStore {
         })
     }
 
-    async fn execute(&self, table: &str, ops: Vec<Operation>) -> Result<Vec<OpOutcome>> {
+    async fn execute(&self, table: &str, ops: Arc<[Operation]>) -> Result<Vec<OpOutcome>> {
         let remote = self.remote_name(table)?;
         check_batch(&ops)?;
-        let prepared = self.prepare(&remote, table, ops).await?;
+        let prepared = self.prepare(&remote, table, &ops).await?;
         let sent: Vec<Operation> = prepared.iter().map(|(op, _, _)| op.clone()).collect();
         let etags = if sent.len() == 1 {
             vec![self.execute_one(&remote, table, &sent[0]).await?]

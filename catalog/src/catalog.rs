@@ -176,7 +176,7 @@ impl Catalog {
             EntityWrite::new(DEFS_PARTITION, def.name.to_ascii_lowercase())
                 .with(DEF_PROPERTY, Value::String(json)),
         );
-        self.system.execute(CATALOG_TABLE, vec![op]).await?;
+        self.system.execute(CATALOG_TABLE, vec![op].into()).await?;
         Ok(())
     }
 
@@ -239,7 +239,8 @@ impl Catalog {
                     partition_key: DEFS_PARTITION.to_owned(),
                     row_key: lower.clone(),
                     if_match: IfMatch::Any,
-                }],
+                }]
+                .into(),
             )
             .await?;
         self.tables.write().remove(&lower);

@@ -82,7 +82,7 @@ impl UserStore {
             .with("stored_key", Value::Binary(stored_key))
             .with("server_key", Value::Binary(server_key));
         self.system
-            .execute(USERS_TABLE, vec![Operation::InsertOrReplace(w)])
+            .execute(USERS_TABLE, vec![Operation::InsertOrReplace(w)].into())
             .await?;
         Ok(())
     }

@@ -15,6 +15,7 @@
 //! **Inside BEGIN.** Changes are staged in the [`Transaction`]; reads go
 //! through its overlay, so a statement sees the transaction's own writes.
 
+use std::sync::Arc;
 use std::time::Duration;
 use tablegate_catalog::{ColumnRef, Role, TableDef};
 
@@ -578,7 +579,7 @@ impl Groups {
             if ops.is_empty() {
                 return Ok(());
             }
-            match self.execute(r, table, &ops, &group, &from).await {
+            match self.execute(r, table, ops, &group, &from).await {
                 Ok(()) => return Ok(()),
                 Err(Retry::Again(index)) if attempt < MAX_ATTEMPTS => {
                     // Another session changed an entity this group read:
@@ -623,28 +624,30 @@ impl Groups {
         &mut self,
         r: &Runner<'_>,
         table: &str,
-        ops: &[Operation],
+        ops: Vec<Operation>,
         group: &[Intent],
         from: &[usize],
     ) -> std::result::Result<(), Retry> {
-        let mut start = 0;
-        while start < ops.len() {
-            let mut end = start;
-            let mut size = 0;
-            while end < ops.len()
-                && (end == start || size + ops[end].payload_size() <= limits::MAX_BATCH_BYTES)
-            {
-                size += ops[end].payload_size();
-                end += 1;
+        // Chunk ends first, then each chunk moves into one shared batch
+        // that every attempt (a throttled one is retried) sends as it is.
+        let mut ends = Vec::new();
+        let mut size = 0;
+        for (i, op) in ops.iter().enumerate() {
+            let bytes = op.payload_size();
+            if i > 0 && size + bytes > limits::MAX_BATCH_BYTES {
+                ends.push(i);
+                size = 0;
             }
-            // The store takes the operations by value: copied once for the
-            // first attempt, and again only for a retry (every attempt
-            // copied them, so every statement copied each row twice).
-            let mut first = Some(ops[start..end].to_vec());
+            size += bytes;
+        }
+        ends.push(ops.len());
+        let mut ops = ops.into_iter();
+        let mut start = 0;
+        for end in ends {
+            let chunk: Arc<[Operation]> = ops.by_ref().take(end - start).collect();
             let mut stats = RetryStats::default();
             let res = with_retry(&r.opts.retry, &mut stats, || {
-                let chunk = first.take().unwrap_or_else(|| ops[start..end].to_vec());
-                r.store.execute(table, chunk)
+                r.store.execute(table, Arc::clone(&chunk))
             })
             .await;
             match res {

@@ -352,7 +352,7 @@ impl Transaction {
         let Some((table, _)) = &self.scope else {
             return Ok(0);
         };
-        let ops = self.operations();
+        let ops: Arc<[Operation]> = self.operations().into();
         if ops.is_empty() {
             return Ok(0);
         }

@@ -157,7 +157,7 @@ impl TableStore for Backend {
         self.store().query(table, query, page).await
     }
 
-    async fn execute(&self, table: &str, ops: Vec<Operation>) -> Result<Vec<OpOutcome>> {
+    async fn execute(&self, table: &str, ops: Arc<[Operation]>) -> Result<Vec<OpOutcome>> {
         self.store().execute(table, ops).await
     }
 

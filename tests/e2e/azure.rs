@@ -537,12 +537,16 @@ fn azure_attach_existing_table() {
                         entity("team", "a", "Ann", Value::Int32(30)),
                         entity("team", "b", "Bob", Value::Int32(41)),
                         entity("team", "c", "Cy", Value::String("forty".into())),
-                    ],
+                    ]
+                    .into(),
                 )
                 .await
                 .unwrap();
             store
-                .execute(&t, vec![entity("other", "d", "Di", Value::Int32(25))])
+                .execute(
+                    &t,
+                    vec![entity("other", "d", "Di", Value::Int32(25))].into(),
+                )
                 .await
                 .unwrap();
             store

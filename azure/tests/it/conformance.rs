@@ -184,7 +184,7 @@ pub fn failed_at(e: &StoreError) -> Option<usize> {
 }
 
 async fn one(s: &dyn TableStore, t: &str, op: Operation) -> Result<OpOutcome, StoreError> {
-    let mut out = s.execute(t, vec![op]).await?;
+    let mut out = s.execute(t, vec![op].into()).await?;
     assert_eq!(out.len(), 1);
     Ok(out.remove(0))
 }
@@ -263,7 +263,7 @@ async fn tables(s: &dyn TableStore, t: &str) {
         StoreError::TableNotFound { .. }
     );
     assert_root!(
-        s.execute(&other, vec![Operation::Insert(w("p", "r"))])
+        s.execute(&other, vec![Operation::Insert(w("p", "r"))].into())
             .await,
         StoreError::TableNotFound { .. }
     );
@@ -274,6 +274,7 @@ async fn tables(s: &dyn TableStore, t: &str) {
                 Operation::Insert(w("p", "r")),
                 Operation::Insert(w("p", "s"))
             ]
+            .into()
         )
         .await,
         StoreError::TableNotFound { .. }
@@ -1014,7 +1015,7 @@ async fn egt_of_100(s: &dyn TableStore, t: &str) {
             _ => Operation::InsertOrMerge(w("g", &rk).with("m", Value::Boolean(false))),
         });
     }
-    let out = s.execute(t, ops).await.unwrap();
+    let out = s.execute(t, ops.into()).await.unwrap();
     assert_eq!(out.len(), 100);
     let after = partition(s, t, "g").await;
     assert_eq!(after.len(), 75);
@@ -1161,7 +1162,7 @@ async fn egt_limits_and_failures(s: &dyn TableStore, t: &str) {
         ),
     ];
     for (ops, index, check) in cases {
-        let err = s.execute(t, ops.clone()).await.unwrap_err();
+        let err = s.execute(t, ops.clone().into()).await.unwrap_err();
         assert_eq!(failed_at(&err), Some(index), "{err:?}");
         assert!(check(err.root()), "{err:?}");
         assert!(!err.is_retryable());
@@ -1175,7 +1176,7 @@ async fn egt_limits_and_failures(s: &dyn TableStore, t: &str) {
     // 101 operations.
     let ops: Vec<_> = (0..101).map(insert_new).collect();
     assert_root!(
-        s.execute(t, ops).await,
+        s.execute(t, ops.into()).await,
         StoreError::BatchTooManyOperations {
             count: 101,
             limit: 100
@@ -1188,7 +1189,7 @@ async fn egt_limits_and_failures(s: &dyn TableStore, t: &str) {
         Operation::Insert(w("other", "x3")),
     ];
     assert_root!(
-        s.execute(t, ops).await,
+        s.execute(t, ops.into()).await,
         StoreError::BatchCrossPartition { index: 2, expected, found }
             if expected == "g" && found == "other"
     );
@@ -1202,10 +1203,13 @@ async fn egt_limits_and_failures(s: &dyn TableStore, t: &str) {
         },
     ];
     assert_root!(
-        s.execute(t, ops).await,
+        s.execute(t, ops.into()).await,
         StoreError::BatchDuplicateEntity { index: 1, .. }
     );
-    assert_root!(s.execute(t, Vec::new()).await, StoreError::EmptyBatch);
+    assert_root!(
+        s.execute(t, Vec::new().into()).await,
+        StoreError::EmptyBatch
+    );
     assert_eq!(partition(s, t, "g").await, before, "nothing applied");
 }
 
@@ -1280,7 +1284,7 @@ async fn egt_reports_the_first_failing_operation(s: &dyn TableStore, t: &str) {
     let before = partition(s, t, "g").await;
     let mut wrong = Vec::new();
     for (ops, index, check) in cases {
-        let err = s.execute(t, ops.clone()).await.unwrap_err();
+        let err = s.execute(t, ops.clone().into()).await.unwrap_err();
         if failed_at(&err) != Some(index) || !check(err.root()) {
             wrong.push(format!(
                 "{ops:?}\n    expected operation {index} to be reported, got {err:?}"
@@ -1567,6 +1571,7 @@ async fn azurite_alone_accepts_cross_partition_batches() {
                 Operation::Insert(w("p3", "a")),
                 Operation::Insert(w("p4", "b"))
             ]
+            .into()
         )
         .await,
         StoreError::BatchCrossPartition { index: 1, .. }

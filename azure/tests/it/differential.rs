@@ -310,7 +310,7 @@ impl Side<'_> {
                 Some(e) => {
                     let touch = Operation::InsertOrMerge(EntityWrite::new(PKS[pk], RKS[rk]));
                     self.store
-                        .execute(self.table, vec![touch])
+                        .execute(self.table, vec![touch].into())
                         .await
                         .unwrap_or_else(|e| panic!("{}: touch: {e}", self.name));
                     IfMatch::ETag(e.etag())
@@ -348,7 +348,7 @@ impl Side<'_> {
             };
             ops.push(self.operation(pk, &again).await);
         }
-        self.store.execute(self.table, ops).await
+        self.store.execute(self.table, ops.into()).await
     }
 
     async fn operation(&self, pk: usize, spec: &OpSpec) -> Operation {

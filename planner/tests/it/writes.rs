@@ -1,13 +1,14 @@
 //! Writes through the planner: throttled writes that run out of retries
 //! say what was applied, transactions read their own writes through every
-//! access class, and EXPLAIN of a write shows its scan.
+//! access class, EXPLAIN of a write shows its scan, and an autocommit
+//! statement over 4 MiB is split into EGTs at the byte limit.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tablegate_planner::{ExecOptions, Plan, PlanError, Planner, Transaction, WriteOutcome};
 use tablegate_store::partition::{PartitionConfig, Targets};
-use tablegate_store::{LocalStore, ManualClock, PartitionedStore, RetryPolicy, StoreError};
+use tablegate_store::{LocalStore, ManualClock, PartitionedStore, RetryPolicy, StoreError, Value};
 
 use crate::fixture;
 
@@ -226,4 +227,53 @@ async fn explain_of_a_write_shows_its_scan() {
         p.plan(&stmt, sql),
         Err(PlanError::Unsupported { .. })
     ));
+}
+
+#[tokio::test]
+async fn autocommit_writes_split_at_four_mib_and_apply_every_row() {
+    let (p, _store) = fixture::empty_planner().await;
+    fixture::run(
+        &p,
+        "CREATE TABLE big (pk TEXT, rk TEXT, s1 TEXT, s2 TEXT, s3 TEXT, s4 TEXT, PRIMARY KEY (pk, rk))",
+    )
+    .await;
+    // 40 rows of one partition, each with four 30,000-character strings
+    // (240,078 bytes in the size formula, which counts UTF-16): 17 fit in
+    // 4 MiB, so the statement is three EGTs (17 + 17 + 6), not one of 40.
+    // One parameter for every string: the statement text itself must stay
+    // under the 1 MiB statement limit.
+    let long = "x".repeat(30_000);
+    let values = (0..40)
+        .map(|i| format!("('a', 'r{i:03}', $1, $1, $1, $1)"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!("INSERT INTO big VALUES {values}");
+    let Plan::Write(w) = p.plan(&Planner::parse(&sql).unwrap()[0], &sql).unwrap() else {
+        panic!("not a write")
+    };
+    let out = p
+        .write(&w, &[Some(Value::String(long.clone()))], None, &no_retry())
+        .await
+        .unwrap();
+    assert_eq!((out.rows, out.groups), (40, 3));
+    assert!(
+        out.notice
+            .as_deref()
+            .is_some_and(|n| n.contains("3 entity-group transactions")),
+        "{:?}",
+        out.notice
+    );
+    assert_eq!(
+        select(&p, "SELECT * FROM big WHERE pk = 'a'", &no_retry()).await,
+        40
+    );
+    assert_eq!(
+        select(
+            &p,
+            &format!("SELECT rk FROM big WHERE pk = 'a' AND s4 = '{long}'"),
+            &no_retry()
+        )
+        .await,
+        40
+    );
 }

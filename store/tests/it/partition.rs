@@ -359,7 +359,7 @@ async fn the_retry_policy_rides_out_a_move_in_real_time() {
     )
     .unwrap();
     s.create_table("rtt").await.unwrap();
-    s.execute("rtt", vec![put("z", "1")]).await.unwrap();
+    s.execute("rtt", vec![put("z", "1")].into()).await.unwrap();
     s.split_blocking("rtt", "m").unwrap();
     s.move_range_blocking("rtt", "m", (s.ranges("rtt").unwrap()[1].server + 1) % 4)
         .unwrap();
