@@ -17,9 +17,18 @@ async fn write(
     sql: &str,
     txn: Option<&mut Transaction>,
 ) -> Result<WriteOutcome, PlanError> {
+    write_with(p, sql, &[], txn).await
+}
+
+async fn write_with(
+    p: &Planner,
+    sql: &str,
+    params: &[Option<Value>],
+    txn: Option<&mut Transaction>,
+) -> Result<WriteOutcome, PlanError> {
     let stmt = Planner::parse(sql)?.remove(0);
     match p.plan(&stmt, sql)? {
-        Plan::Write(w) => p.write(&w, &[], txn, &no_retry()).await,
+        Plan::Write(w) => p.write(&w, params, txn, &no_retry()).await,
         other => panic!("not a write: {other:?}"),
     }
 }
@@ -248,11 +257,7 @@ async fn autocommit_writes_split_at_four_mib_and_apply_every_row() {
         .collect::<Vec<_>>()
         .join(", ");
     let sql = format!("INSERT INTO big VALUES {values}");
-    let Plan::Write(w) = p.plan(&Planner::parse(&sql).unwrap()[0], &sql).unwrap() else {
-        panic!("not a write")
-    };
-    let out = p
-        .write(&w, &[Some(Value::String(long.clone()))], None, &no_retry())
+    let out = write_with(&p, &sql, &[Some(Value::String(long.clone()))], None)
         .await
         .unwrap();
     assert_eq!((out.rows, out.groups), (40, 3));
