@@ -3,8 +3,15 @@
 //!
 //! - `read/point_get` — one random entity by key;
 //! - `read/range_scan_100` — 100 consecutive RowKeys of one partition, one
-//!   page of 100;
-//! - `full_scan/all_pages` — every entity of the table, pages of 1000;
+//!   page of 100, decoded; `read/range_scan_100_encoded` undecoded (the
+//!   gateway's path);
+//! - `full_scan/all_pages` — every entity of the table, pages of 1000,
+//!   decoded;
+//! - `full_scan/encoded_pages` — the same, undecoded (the gateway's path);
+//! - `full_scan/engine_floor` — fjall alone iterating a copy of the same
+//!   data: what any full scan costs before the store does anything;
+//! - `full_scan/engine_floor_packed_100` — a layout experiment: the same
+//!   pairs packed 100 to an engine value, walked entity by entity;
 //! - `egt/insert_100_{sync,buffered}` — one 100-operation entity-group
 //!   transaction of Inserts into a new partition.
 //!
@@ -245,6 +252,23 @@ fn read_benches(c: &mut Criterion, loaded: &OnceCell<Loaded>, shape: Shape) {
             black_box(p)
         });
     });
+    // The same ranges undecoded: the gateway's path.
+    let mut encoded = page.clone();
+    encoded.encoded = true;
+    let mut i = 0usize;
+    g.bench_function("range_scan_100_encoded", |b| {
+        let l = get();
+        b.iter(|| {
+            let q = &queries[i % queries.len()];
+            i = i.wrapping_add(1);
+            let p = l
+                .store
+                .query_blocking(TABLE, q, &encoded)
+                .expect("range page");
+            assert_eq!(p.encoded.len(), RANGE);
+            black_box(p)
+        });
+    });
     g.finish();
 
     let mut g = c.benchmark_group("full_scan");
@@ -273,7 +297,137 @@ fn read_benches(c: &mut Criterion, loaded: &OnceCell<Loaded>, shape: Shape) {
             n
         });
     });
+    // The path the gateway reads: pages of undecoded entities (the planner
+    // decodes only the columns a query asks for into Arrow).
+    g.bench_function("encoded_pages", |b| {
+        let l = get();
+        let q = Query::full_scan();
+        let mut first = PageRequest::first(1000);
+        first.encoded = true;
+        b.iter(|| {
+            let mut req = first.clone();
+            let mut n = 0usize;
+            loop {
+                let p = l.store.query_blocking(TABLE, &q, &req).expect("scan page");
+                n += p.encoded.len();
+                black_box(&p.encoded);
+                match p.continuation {
+                    Some(t) => req = first.resume(t),
+                    None => break,
+                }
+            }
+            assert_eq!(n, l.shape.entities());
+            n
+        });
+    });
+    // The floor under every full scan: fjall iterating the entities
+    // keyspace of a copy of the same data, one key-value pair per entity,
+    // nothing decoded (the store cannot scan faster than this).
+    g.bench_function("engine_floor", |b| {
+        let l = get();
+        let (_copy, _db, entities) = engine_copy(l);
+        b.iter(|| {
+            let mut n = 0usize;
+            for kv in entities.iter() {
+                let (k, v) = kv.into_inner().expect("engine pair");
+                black_box((&k, &v));
+                n += 1;
+            }
+            assert!(n >= l.shape.entities());
+            n
+        });
+    });
+    // A layout experiment, not the store's: the same pairs packed
+    // PACKED_PER to an engine value (length-prefixed key and value, keyed
+    // by the chunk's last key), then walked entity by entity. fjall's cost
+    // is per pair, so this is the floor a store that kept a partition's
+    // entities in chunks would scan at (see docs/architecture.md).
+    g.bench_function("engine_floor_packed_100", |b| {
+        let l = get();
+        let (_copy, db, entities) = engine_copy(l);
+        let packed = db
+            .keyspace("packed", fjall::KeyspaceCreateOptions::default)
+            .expect("packed keyspace");
+        let mut chunk = Vec::new();
+        let mut in_chunk = 0;
+        let mut last = Vec::new();
+        for kv in entities.iter() {
+            let (k, v) = kv.into_inner().expect("engine pair");
+            chunk.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            chunk.extend_from_slice(&k);
+            chunk.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            chunk.extend_from_slice(&v);
+            last = k.to_vec();
+            in_chunk += 1;
+            if in_chunk == PACKED_PER {
+                packed
+                    .insert(&last, std::mem::take(&mut chunk))
+                    .expect("insert");
+                in_chunk = 0;
+            }
+        }
+        if in_chunk > 0 {
+            packed.insert(&last, chunk).expect("insert");
+        }
+        packed.rotate_memtable_and_wait().expect("flush");
+        b.iter(|| {
+            let mut n = 0usize;
+            for kv in packed.iter() {
+                let (_, v) = kv.into_inner().expect("engine pair");
+                let mut rest = &v[..];
+                while !rest.is_empty() {
+                    let (k, tail) = split_prefixed(rest);
+                    let (v, tail) = split_prefixed(tail);
+                    black_box((k, v));
+                    rest = tail;
+                    n += 1;
+                }
+            }
+            assert!(n >= l.shape.entities());
+            n
+        });
+    });
     g.finish();
+}
+
+/// Entities per engine value in the packed-layout experiment.
+const PACKED_PER: usize = 100;
+
+/// A length-prefixed field and what follows it.
+fn split_prefixed(b: &[u8]) -> (&[u8], &[u8]) {
+    let (len, rest) = b.split_at(4);
+    let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+    rest.split_at(len)
+}
+
+/// fjall opened on a copy of the loaded store's directory, and its entities
+/// keyspace (the copy's directory is removed when the `TempDir` drops).
+fn engine_copy(l: &Loaded) -> (TempDir, fjall::Database, fjall::Keyspace) {
+    let copy = tempfile::tempdir().expect("tempdir");
+    copy_dir(l._dir.path(), copy.path());
+    let db = fjall::Database::builder(copy.path())
+        .cache_size(StoreOptions::default().cache_bytes)
+        .open()
+        .expect("open the copy with fjall");
+    let entities = db
+        .keyspace("entities", fjall::KeyspaceCreateOptions::default)
+        .expect("entities keyspace");
+    (copy, db, entities)
+}
+
+/// Copies a closed-for-writing data directory (the loaded store takes no
+/// writes once reopened, so its files do not change under the copy).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            std::fs::create_dir_all(&target).expect("mkdir");
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
 }
 
 fn egt_benches(c: &mut Criterion) {
