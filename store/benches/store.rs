@@ -241,34 +241,22 @@ fn read_benches(c: &mut Criterion, loaded: &OnceCell<Loaded>, shape: Shape) {
             }])
         })
         .collect();
-    let mut i = 0usize;
-    g.bench_function("range_scan_100", |b| {
-        let l = get();
-        b.iter(|| {
-            let q = &queries[i % queries.len()];
-            i = i.wrapping_add(1);
-            let p = l.store.query_blocking(TABLE, q, &page).expect("range page");
-            assert_eq!(p.entities.len(), RANGE);
-            black_box(p)
+    // `range_scan_100_encoded`: the same ranges undecoded, the gateway's path.
+    for (name, encoded) in [("range_scan_100", false), ("range_scan_100_encoded", true)] {
+        let mut page = page.clone();
+        page.encoded = encoded;
+        let mut i = 0usize;
+        g.bench_function(name, |b| {
+            let l = get();
+            b.iter(|| {
+                let q = &queries[i % queries.len()];
+                i = i.wrapping_add(1);
+                let p = l.store.query_blocking(TABLE, q, &page).expect("range page");
+                assert_eq!(p.len(), RANGE);
+                black_box(p)
+            });
         });
-    });
-    // The same ranges undecoded: the gateway's path.
-    let mut encoded = page.clone();
-    encoded.encoded = true;
-    let mut i = 0usize;
-    g.bench_function("range_scan_100_encoded", |b| {
-        let l = get();
-        b.iter(|| {
-            let q = &queries[i % queries.len()];
-            i = i.wrapping_add(1);
-            let p = l
-                .store
-                .query_blocking(TABLE, q, &encoded)
-                .expect("range page");
-            assert_eq!(p.encoded.len(), RANGE);
-            black_box(p)
-        });
-    });
+    }
     g.finish();
 
     let mut g = c.benchmark_group("full_scan");
@@ -277,49 +265,31 @@ fn read_benches(c: &mut Criterion, loaded: &OnceCell<Loaded>, shape: Shape) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(30))
         .throughput(Throughput::Elements(shape.entities() as u64));
-    g.bench_function("all_pages", |b| {
-        let l = get();
-        let q = Query::full_scan();
-        let first = PageRequest::first(1000);
-        b.iter(|| {
-            let mut req = first.clone();
-            let mut n = 0usize;
-            loop {
-                let p = l.store.query_blocking(TABLE, &q, &req).expect("scan page");
-                n += p.entities.len();
-                black_box(&p.entities);
-                match p.continuation {
-                    Some(t) => req = first.resume(t),
-                    None => break,
+    for (name, encoded) in [("all_pages", false), ("encoded_pages", true)] {
+        // `encoded_pages` is the path the gateway reads: pages of undecoded
+        // entities (the planner decodes only the columns a query asks for).
+        g.bench_function(name, |b| {
+            let l = get();
+            let q = Query::full_scan();
+            let mut first = PageRequest::first(1000);
+            first.encoded = encoded;
+            b.iter(|| {
+                let mut req = first.clone();
+                let mut n = 0usize;
+                loop {
+                    let p = l.store.query_blocking(TABLE, &q, &req).expect("scan page");
+                    n += p.len();
+                    black_box(&p);
+                    match p.continuation {
+                        Some(t) => req = first.resume(t),
+                        None => break,
+                    }
                 }
-            }
-            assert_eq!(n, l.shape.entities());
-            n
+                assert_eq!(n, l.shape.entities());
+                n
+            });
         });
-    });
-    // The path the gateway reads: pages of undecoded entities (the planner
-    // decodes only the columns a query asks for into Arrow).
-    g.bench_function("encoded_pages", |b| {
-        let l = get();
-        let q = Query::full_scan();
-        let mut first = PageRequest::first(1000);
-        first.encoded = true;
-        b.iter(|| {
-            let mut req = first.clone();
-            let mut n = 0usize;
-            loop {
-                let p = l.store.query_blocking(TABLE, &q, &req).expect("scan page");
-                n += p.encoded.len();
-                black_box(&p.encoded);
-                match p.continuation {
-                    Some(t) => req = first.resume(t),
-                    None => break,
-                }
-            }
-            assert_eq!(n, l.shape.entities());
-            n
-        });
-    });
+    }
     // The floor under every full scan: fjall iterating the entities
     // keyspace of a copy of the same data, one key-value pair per entity,
     // nothing decoded (the store cannot scan faster than this).
