@@ -8,10 +8,9 @@
 //! - `full_scan/all_pages` — every entity of the table, pages of 1000,
 //!   decoded;
 //! - `full_scan/encoded_pages` — the same, undecoded (the gateway's path);
-//! - `full_scan/engine_floor` — fjall alone iterating a copy of the same
-//!   data: what any full scan costs before the store does anything;
-//! - `full_scan/engine_floor_packed_100` — a layout experiment: the same
-//!   pairs packed 100 to an engine value, walked entity by entity;
+//! - `full_scan/engine_floor` — fjall alone iterating the engine pairs (the
+//!   packed chunks) of a copy of the same data, nothing unpacked: what any
+//!   full scan costs before the store does anything;
 //! - `egt/insert_100_{sync,buffered}` — one 100-operation entity-group
 //!   transaction of Inserts into a new partition.
 //!
@@ -291,8 +290,8 @@ fn read_benches(c: &mut Criterion, loaded: &OnceCell<Loaded>, shape: Shape) {
         });
     }
     // The floor under every full scan: fjall iterating the entities
-    // keyspace of a copy of the same data, one key-value pair per entity,
-    // nothing decoded (the store cannot scan faster than this).
+    // keyspace of a copy of the same data, chunk by chunk, nothing
+    // unpacked (the store cannot scan faster than this).
     g.bench_function("engine_floor", |b| {
         let l = get();
         let (_copy, _db, entities) = engine_copy(l);
@@ -303,71 +302,11 @@ fn read_benches(c: &mut Criterion, loaded: &OnceCell<Loaded>, shape: Shape) {
                 black_box((&k, &v));
                 n += 1;
             }
-            assert!(n >= l.shape.entities());
-            n
-        });
-    });
-    // A layout experiment, not the store's: the same pairs packed
-    // PACKED_PER to an engine value (length-prefixed key and value, keyed
-    // by the chunk's last key), then walked entity by entity. fjall's cost
-    // is per pair, so this is the floor a store that kept a partition's
-    // entities in chunks would scan at (see docs/architecture.md).
-    g.bench_function("engine_floor_packed_100", |b| {
-        let l = get();
-        let (_copy, db, entities) = engine_copy(l);
-        let packed = db
-            .keyspace("packed", fjall::KeyspaceCreateOptions::default)
-            .expect("packed keyspace");
-        let mut chunk = Vec::new();
-        let mut in_chunk = 0;
-        let mut last = Vec::new();
-        for kv in entities.iter() {
-            let (k, v) = kv.into_inner().expect("engine pair");
-            chunk.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            chunk.extend_from_slice(&k);
-            chunk.extend_from_slice(&(v.len() as u32).to_le_bytes());
-            chunk.extend_from_slice(&v);
-            last = k.to_vec();
-            in_chunk += 1;
-            if in_chunk == PACKED_PER {
-                packed
-                    .insert(&last, std::mem::take(&mut chunk))
-                    .expect("insert");
-                in_chunk = 0;
-            }
-        }
-        if in_chunk > 0 {
-            packed.insert(&last, chunk).expect("insert");
-        }
-        packed.rotate_memtable_and_wait().expect("flush");
-        b.iter(|| {
-            let mut n = 0usize;
-            for kv in packed.iter() {
-                let (_, v) = kv.into_inner().expect("engine pair");
-                let mut rest = &v[..];
-                while !rest.is_empty() {
-                    let (k, tail) = split_prefixed(rest);
-                    let (v, tail) = split_prefixed(tail);
-                    black_box((k, v));
-                    rest = tail;
-                    n += 1;
-                }
-            }
-            assert!(n >= l.shape.entities());
+            assert!(n > 0);
             n
         });
     });
     g.finish();
-}
-
-/// Entities per engine value in the packed-layout experiment.
-const PACKED_PER: usize = 100;
-
-/// A length-prefixed field and what follows it.
-fn split_prefixed(b: &[u8]) -> (&[u8], &[u8]) {
-    let (len, rest) = b.split_at(4);
-    let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
-    rest.split_at(len)
 }
 
 /// fjall opened on a copy of the loaded store's directory, and its entities

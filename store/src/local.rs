@@ -25,6 +25,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::codec::{self, EncodedEntity};
 use crate::engine::fjall_engine::FjallEngine;
 use crate::engine::memory::MemoryEngine;
+use crate::engine::packed::{ChunkLimits, Packed};
 use crate::engine::{Durability, Engine, Mutation, Space};
 use crate::entity::{DateTime, Entity};
 use crate::error::{Result, StoreError};
@@ -115,7 +116,7 @@ impl LocalStore {
 
     fn with_engine(engine: Box<dyn Engine>, clock: Arc<dyn Clock>) -> Result<Self> {
         let inner = Inner {
-            engine,
+            engine: Box::new(Packed::open(engine, ChunkLimits::DEFAULT)?),
             clock,
             tables: RwLock::new(HashMap::new()),
             ddl: Mutex::new(()),

@@ -29,7 +29,7 @@ use fjall::config::{BlockSizePolicy, HashRatioPolicy};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use parking_lot::{Condvar, Mutex};
 
-use super::{Durability, Engine, KvIter, Mutation, Space};
+use super::{Bytes, Durability, Engine, KvIter, Mutation, Space};
 use crate::error::{Result, StoreError};
 
 impl From<fjall::Error> for StoreError {
@@ -248,6 +248,18 @@ impl Engine for FjallEngine {
             let (k, v) = guard.into_inner()?;
             Ok((k, v))
         }))
+    }
+
+    fn last_in(
+        &self,
+        space: Space,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+    ) -> Result<Option<(Bytes, Bytes)>> {
+        match self.keyspace(space).range((start, end)).next_back() {
+            Some(guard) => Ok(Some(guard.into_inner()?)),
+            None => Ok(None),
+        }
     }
 
     fn apply(&self, batch: Vec<Mutation>) -> Result<()> {

@@ -31,21 +31,25 @@ fn index(space: Space) -> usize {
 
 const SCAN_CHUNK: usize = 256;
 
+/// Whether a range is empty by its bounds. BTreeMap::range panics on an
+/// inverted or empty-excluded range, where fjall yields nothing; the
+/// engines must agree.
+fn empty_range(start: &Bound<Vec<u8>>, end: &Bound<Vec<u8>>) -> bool {
+    match (start, end) {
+        (Bound::Included(s), Bound::Included(e)) => s > e,
+        (Bound::Included(s) | Bound::Excluded(s), Bound::Excluded(e))
+        | (Bound::Excluded(s), Bound::Included(e)) => s >= e,
+        _ => false,
+    }
+}
+
 impl Engine for MemoryEngine {
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.spaces.read()[index(space)].get(key).cloned())
     }
 
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_> {
-        // BTreeMap::range panics on an inverted or empty-excluded range,
-        // where fjall yields nothing; the engines must agree.
-        let empty = match (&start, &end) {
-            (Bound::Included(s), Bound::Included(e)) => s > e,
-            (Bound::Included(s) | Bound::Excluded(s), Bound::Excluded(e))
-            | (Bound::Excluded(s), Bound::Included(e)) => s >= e,
-            _ => false,
-        };
-        if empty {
+        if empty_range(&start, &end) {
             return Box::new(std::iter::empty());
         }
         let mut next_start = start;
@@ -69,6 +73,22 @@ impl Engine for MemoryEngine {
                 .pop_front()
                 .map(|(k, v)| Ok((Bytes::from(k), Bytes::from(v))))
         }))
+    }
+
+    fn last_in(
+        &self,
+        space: Space,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+    ) -> Result<Option<(Bytes, Bytes)>> {
+        if empty_range(&start, &end) {
+            return Ok(None);
+        }
+        let spaces = self.spaces.read();
+        Ok(spaces[index(space)]
+            .range((start, end))
+            .next_back()
+            .map(|(k, v)| (Bytes::from(k.as_slice()), Bytes::from(v.as_slice()))))
     }
 
     fn apply(&self, batch: Vec<Mutation>) -> Result<()> {

@@ -1,13 +1,18 @@
 //! The narrow key/value interface the entity store is written against, and
 //! its two implementations: [`fjall`](fjall_engine) (durable, the default)
-//! and [`memory`] (a BTreeMap, for tests and throwaway stores).
+//! and [`memory`] (a BTreeMap, for tests and throwaway stores), and
+//! [`packed`], the layer over either that keeps the entities keyspace as
+//! chunks of several entities per engine pair.
 //!
-//! The engine knows bytes, three keyspaces and atomic batches; nothing about
-//! entities. Everything above this module is engine-agnostic, and nothing
-//! outside the store crate sees this trait or fjall.
+//! The engines know bytes, three keyspaces and atomic batches; nothing about
+//! entities. Only [`packed`] knows the shape of an entity key (a partition
+//! prefix, then a RowKey), because a chunk never spans two partitions.
+//! Everything above this module is engine-agnostic, and nothing outside the
+//! store crate sees this trait or fjall.
 
 pub(crate) mod fjall_engine;
 pub(crate) mod memory;
+pub(crate) mod packed;
 
 use std::ops::Bound;
 
@@ -66,6 +71,21 @@ pub(crate) trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// The iterator need not be a snapshot across its whole life, but every
     /// pair it yields was committed, and no batch is ever seen half-applied.
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_>;
+
+    /// The last pair of a range. The default walks the whole range forward;
+    /// the engines override it with a reverse seek.
+    fn last_in(
+        &self,
+        space: Space,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+    ) -> Result<Option<(Bytes, Bytes)>> {
+        let mut last = None;
+        for kv in self.scan(space, start, end) {
+            last = Some(kv?);
+        }
+        Ok(last)
+    }
 
     /// Applies every mutation atomically, durably as configured, then returns.
     fn apply(&self, batch: Vec<Mutation>) -> Result<()>;
