@@ -3,8 +3,9 @@
 //! This crate owns everything below SQL. Bottom-up:
 //!
 //! - [`engine`] — a narrow key/value trait with two implementations, fjall
-//!   (durable, group-committed) and memory. Private: nothing above this
-//!   crate sees fjall.
+//!   (durable, group-committed) and memory, and the layer over either that
+//!   packs each partition's entities into chunks (`engine/packed.rs`).
+//!   Private: nothing above this crate sees fjall.
 //! - [`codec`] — byte encodings. Keys are `table ++ pk ++ 0x00 ++ rk`, whose
 //!   byte order is (PartitionKey, RowKey) ordinal order.
 //! - [`entity`], [`limits`] — the data model: EDM values, entities, ETags,

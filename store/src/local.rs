@@ -646,8 +646,7 @@ impl Inner {
 
     /// [`read_current`](Self::read_current) as one ordered scan from the
     /// batch's lowest RowKey to its highest, instead of a lookup per key: a
-    /// lookup probes every table's filter and the memtables, a scan seeks
-    /// once. Inserting 100 new rows into one partition (the multi-row
+    /// lookup is a seek to its chunk, a scan seeks once. Inserting 100 new rows into one partition (the multi-row
     /// INSERT and the 100-INSERT transaction) finds an empty span. `None`
     /// when the span holds more than twice as many entities as the batch
     /// touches: lookups are then cheaper than walking the others.

@@ -238,8 +238,8 @@ impl FjallEngine {
 }
 
 impl Engine for FjallEngine {
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.keyspace(space).get(key)?.map(|v| v.to_vec()))
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>> {
+        Ok(self.keyspace(space).get(key)?)
     }
 
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_> {
@@ -354,7 +354,7 @@ mod tests {
         for i in 0..threads * per {
             let got = engine.get(Space::Entities, format!("k{i:06}").as_bytes());
             assert_eq!(
-                got.expect("read"),
+                got.expect("read").map(|v| v.to_vec()),
                 Some(i.to_be_bytes().to_vec()),
                 "key {i}"
             );

@@ -44,8 +44,10 @@ fn empty_range(start: &Bound<Vec<u8>>, end: &Bound<Vec<u8>>) -> bool {
 }
 
 impl Engine for MemoryEngine {
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.spaces.read()[index(space)].get(key).cloned())
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>> {
+        Ok(self.spaces.read()[index(space)]
+            .get(key)
+            .map(|v| Bytes::from(v.as_slice())))
     }
 
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_> {

@@ -65,7 +65,7 @@ pub enum Durability {
 /// An ordered, multi-keyspace key/value engine with atomic batches.
 pub(crate) trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// Reads one key.
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>>;
 
     /// Iterates `[start, end)`-style bounded ranges in ascending key order.
     /// The iterator need not be a snapshot across its whole life, but every
