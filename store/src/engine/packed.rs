@@ -28,13 +28,12 @@
 //! values alike as views into the chunk: no allocation or copy per entity.
 //!
 //! **Writes** rewrite the chunks they touch, inside the caller's one atomic
-//! engine batch. A batch's changes to a partition are merged with the run of
-//! chunks from the one holding the lowest changed key to the one holding the
-//! highest, and the result is cut again into chunks of at most
-//! [`ChunkLimits`]: in equal parts when the run overflows (as a B-tree
-//! splits), but filling chunks up when the batch only appends after the
-//! partition's last entity (a sequential load leaves full chunks, not
-//! halves). Chunks that come out byte-identical are not written again.
+//! engine batch. Each chunk a batch touches (found by a seek per group of
+//! changes) is merged with its changes and cut again into chunks of at most
+//! [`ChunkLimits`]: in equal parts when it overflows (as a B-tree splits),
+//! but filling chunks up when the batch only appends after the partition's
+//! last entity (a sequential load leaves full chunks, not halves). Chunks
+//! that come out byte-identical are not written again.
 //! Writers of one partition are serialized here by a lock stripe; the
 //! store's own partition lock already serializes them, but this layer's
 //! read-modify-write must not depend on its caller for correctness.
@@ -277,6 +276,10 @@ fn spanning(chunk: &Bytes, key: &[u8]) -> Result<Option<Option<Bytes>>> {
     Ok(Some(find(chunk, key)?.map(|value| view(chunk, value))))
 }
 
+/// Changes bound for one chunk: the chunk (`None`: new chunks), the range
+/// of the batch's changes that go to it, and whether they only append.
+type Group = (Option<(Bytes, Bytes)>, Range<usize>, bool);
+
 /// A batch's changes to one partition by engine key: the new value, or
 /// `None` for a delete.
 type Changes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -426,51 +429,78 @@ impl Packed {
 
     /// Rewrites the chunks of the partition `prefix` that `changes` (full
     /// keys, `None` for a delete) touch, pushing the engine mutations to
-    /// `out`. The caller holds the partition's stripe.
+    /// `out`. The caller holds the partition's stripe. Each touched chunk is
+    /// found with its own seek and rewritten on its own, so a batch that
+    /// touches both ends of a large partition reads two chunks, not the
+    /// chunks between.
     fn rewrite(&self, prefix: &[u8], changes: &Changes, out: &mut Vec<Mutation>) -> Result<()> {
-        let (Some(lowest), Some(highest)) = (changes.keys().next(), changes.keys().next_back())
-        else {
-            return Ok(());
-        };
-        // The run: the chunk holding the lowest changed key, through the
-        // one holding the highest (or the partition's last chunk).
-        let mut run: Vec<(Bytes, Bytes)> = Vec::new();
-        for kv in self.inner.scan(
-            Space::Entities,
-            Bound::Included(lowest.clone()),
-            Bound::Unbounded,
-        ) {
-            let (key, chunk) = kv?;
-            if !key.starts_with(prefix) {
-                break;
-            }
-            let reaches = key[..] >= highest[..];
-            run.push((key, chunk));
-            if reaches {
-                break;
-            }
-        }
-        // Only appends after the partition's last entity: join its last
-        // chunk if that has room, and fill chunks up.
-        let append = run.is_empty();
-        if append
-            && let Some((key, chunk)) = self.inner.last_in(
-                Space::Entities,
-                Bound::Included(prefix.to_vec()),
-                Bound::Excluded(lowest.clone()),
-            )?
-            && self.has_room(&chunk)?
-        {
-            run.push((key, chunk));
-        }
-
-        // Merge the run's entries with the changes, in key order.
-        let mut merged: Vec<(&[u8], &[u8])> = Vec::new();
-        let mut pending = changes
+        let changes: Vec<(&[u8], Option<&[u8]>)> = changes
             .iter()
             .map(|(k, v)| (&k[..], v.as_deref()))
-            .peekable();
-        for (_, chunk) in &run {
+            .collect();
+        let mut groups: Vec<Group> = Vec::new();
+        let mut at = 0;
+        while let Some(&(first, _)) = changes.get(at) {
+            // The chunk that holds `first`: the first at or after it.
+            let holder = self
+                .inner
+                .scan(
+                    Space::Entities,
+                    Bound::Included(first.to_vec()),
+                    Bound::Unbounded,
+                )
+                .next()
+                .transpose()?
+                .filter(|(key, _)| key.starts_with(prefix));
+            if let Some(chunk) = holder {
+                let n = changes[at..].partition_point(|(k, _)| *k <= &chunk.0[..]);
+                groups.push((Some(chunk), at..at + n, false));
+                at += n;
+                continue;
+            }
+            // The rest append after the partition's last entity. If the
+            // last chunk holds earlier changes of this batch, they join
+            // that rewrite (two rewrites of one chunk would lose one);
+            // else they join the last chunk if it has room, and fill
+            // chunks up.
+            let last = self.inner.last_in(
+                Space::Entities,
+                Bound::Included(prefix.to_vec()),
+                Bound::Excluded(first.to_vec()),
+            )?;
+            match (groups.last_mut(), last) {
+                (Some((Some(touched), range, _)), Some(last)) if touched.0 == last.0 => {
+                    range.end = changes.len();
+                }
+                (_, last) => {
+                    let last = match last {
+                        Some(chunk) if self.has_room(&chunk.1)? => Some(chunk),
+                        _ => None,
+                    };
+                    groups.push((last, at..changes.len(), true));
+                }
+            }
+            at = changes.len();
+        }
+        for (chunk, range, append) in groups {
+            self.rewrite_chunk(chunk, &changes[range], append, out)?;
+        }
+        Ok(())
+    }
+
+    /// Merges `changes` (in key order) into one chunk (or none), cuts the
+    /// result, and pushes the puts of what changed and the delete of the
+    /// old key if no part keeps it.
+    fn rewrite_chunk(
+        &self,
+        old: Option<(Bytes, Bytes)>,
+        changes: &[(&[u8], Option<&[u8]>)],
+        append: bool,
+        out: &mut Vec<Mutation>,
+    ) -> Result<()> {
+        let mut merged: Vec<(&[u8], &[u8])> = Vec::new();
+        let mut pending = changes.iter().copied().peekable();
+        if let Some((_, chunk)) = &old {
             for entry in Entries::new(chunk)? {
                 let (key, value) = entry?;
                 let key = &chunk[key];
@@ -487,35 +517,33 @@ impl Packed {
             merged.extend(new_value.map(|v| (new_key, v)));
         }
 
-        // Cut, write what changed, delete the run's chunks no longer keyed.
-        let mut kept: Vec<Vec<u8>> = Vec::new();
+        let mut old_kept = false;
         for part in self.cut(&merged, append) {
             let entries = &merged[part];
-            let key = entries.last().expect("cut parts are not empty").0.to_vec();
+            let key = entries.last().expect("cut parts are not empty").0;
             let mut builder = ChunkBuilder::new();
             for (entity_key, value) in entries {
                 builder.push(entity_key, value)?;
             }
             let chunk = builder.finish();
-            let unchanged = run
-                .iter()
-                .any(|(k, v)| k[..] == key[..] && v[..] == chunk[..]);
+            let same_key = old.as_ref().is_some_and(|(k, _)| k[..] == *key);
+            old_kept |= same_key;
+            let unchanged = same_key && old.as_ref().is_some_and(|(_, v)| v[..] == chunk[..]);
             if !unchanged {
                 out.push(Mutation::Put {
                     space: Space::Entities,
-                    key: key.clone(),
+                    key: key.to_vec(),
                     value: chunk,
                 });
             }
-            kept.push(key);
         }
-        for (key, _) in &run {
-            if !kept.iter().any(|k| k[..] == key[..]) {
-                out.push(Mutation::Delete {
-                    space: Space::Entities,
-                    key: key.to_vec(),
-                });
-            }
+        if let Some((key, _)) = &old
+            && !old_kept
+        {
+            out.push(Mutation::Delete {
+                space: Space::Entities,
+                key: key.to_vec(),
+            });
         }
         Ok(())
     }
@@ -1076,6 +1104,55 @@ mod tests {
             out.is_empty(),
             "deleting a missing key writes nothing: {out:?}"
         );
+    }
+
+    /// An engine that counts the pairs its scans yield.
+    #[derive(Debug, Default)]
+    struct Counting {
+        inner: MemoryEngine,
+        read: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Engine for Counting {
+        fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>> {
+            self.inner.get(space, key)
+        }
+        fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_> {
+            let read = self.read.clone();
+            Box::new(self.inner.scan(space, start, end).inspect(move |_| {
+                read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }))
+        }
+        fn apply(&self, batch: Vec<Mutation>) -> Result<()> {
+            self.inner.apply(batch)
+        }
+        fn disk_space(&self) -> u64 {
+            0
+        }
+    }
+
+    /// A batch touching both ends of a long partition reads and rewrites
+    /// the two chunks it touches, not the ones between.
+    #[test]
+    fn a_batch_reads_only_the_chunks_it_touches() {
+        let engine = Counting::default();
+        let read = engine.read.clone();
+        let p = Packed::open(Box::new(engine), TINY).expect("open");
+        let load: Vec<_> = (0..30)
+            .map(|i| put(key(1, "p", &format!("{i:02}")), b"v"))
+            .collect();
+        p.apply(load).expect("load");
+        let changes = BTreeMap::from([
+            (key(1, "p", "00"), Some(b"w".to_vec())),
+            (key(1, "p", "29"), Some(b"w".to_vec())),
+        ]);
+        let mut out = Vec::new();
+        read.store(0, std::sync::atomic::Ordering::Relaxed);
+        p.rewrite(&key(1, "p", ""), &changes, &mut out)
+            .expect("rewrite");
+        assert_eq!(out.len(), 2, "two chunks rewritten: {out:?}");
+        let chunks_read = read.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(chunks_read, 2, "of the partition's 10 chunks");
     }
 
     /// A directory in the old layout (one pair per entity, no marker) is
