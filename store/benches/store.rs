@@ -12,7 +12,9 @@
 //!   packed chunks) of a copy of the same data, nothing unpacked: what any
 //!   full scan costs before the store does anything;
 //! - `egt/insert_100_{sync,buffered}` — one 100-operation entity-group
-//!   transaction of Inserts into a new partition.
+//!   transaction of Inserts into a new partition;
+//! - `write/replace_1_buffered` — one entity replaced in a partition of
+//!   1,000 (with entities packed into chunks, a chunk rewrite).
 //!
 //! The read benchmarks share one table of 1,000 partitions × 1,000 entities
 //! (a ~100-character string and an integer each), loaded once with
@@ -37,8 +39,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput};
 use tablegate_store::{
-    Durability, EntityWrite, KeyBox, KeyInterval, LocalStore, Operation, PageRequest, Query,
-    StoreOptions, Value,
+    Durability, EntityWrite, IfMatch, KeyBox, KeyInterval, LocalStore, Operation, PageRequest,
+    Query, StoreOptions, Value,
 };
 use tempfile::TempDir;
 
@@ -339,7 +341,7 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
-fn egt_benches(c: &mut Criterion) {
+fn write_benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("egt");
     g.throughput(Throughput::Elements(EGT_OPS as u64));
     for (name, durability) in [
@@ -378,6 +380,43 @@ fn egt_benches(c: &mut Criterion) {
         });
     }
     g.finish();
+
+    // One entity replaced in a partition of PER_PARTITION: with entities
+    // packed into chunks this rewrites the entity's whole chunk.
+    let mut g = c.benchmark_group("write");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = LocalStore::open(
+        dir.path(),
+        StoreOptions {
+            durability: Durability::Buffered,
+            ..StoreOptions::default()
+        },
+    )
+    .expect("open store");
+    store.create_table_blocking(TABLE).expect("create table");
+    let mut rng = Rng(7);
+    for first in (0..PER_PARTITION).step_by(EGT_OPS) {
+        let ops: Vec<_> = (first..first + EGT_OPS)
+            .map(|r| Operation::Insert(entity(&mut rng, pk(0), rk(r), r as i64)))
+            .collect();
+        store
+            .execute_blocking(TABLE, &ops)
+            .expect("fill the partition");
+    }
+    g.bench_function("replace_1_buffered", |b| {
+        b.iter_batched(
+            || {
+                let r = rng.below(PER_PARTITION);
+                [Operation::Replace {
+                    entity: entity(&mut rng, pk(0), rk(r), r as i64),
+                    if_match: IfMatch::Any,
+                }]
+            },
+            |ops| black_box(store.execute_blocking(TABLE, &ops).expect("replace")),
+            BatchSize::SmallInput,
+        );
+    });
+    g.finish();
 }
 
 fn main() {
@@ -385,7 +424,7 @@ fn main() {
     let shape = Shape::from_env();
     let loaded = OnceCell::new();
     read_benches(&mut c, &loaded, shape);
-    egt_benches(&mut c);
+    write_benches(&mut c);
     // Drop the loaded store (and its directory) before the summary.
     drop(loaded);
     c.final_summary();

@@ -442,16 +442,7 @@ impl Packed {
         let mut at = 0;
         while let Some(&(first, _)) = changes.get(at) {
             // The chunk that holds `first`: the first at or after it.
-            let holder = self
-                .inner
-                .scan(
-                    Space::Entities,
-                    Bound::Included(first.to_vec()),
-                    Bound::Unbounded,
-                )
-                .next()
-                .transpose()?
-                .filter(|(key, _)| key.starts_with(prefix));
+            let holder = self.chunk_at_or_after(prefix, first)?;
             if let Some(chunk) = holder {
                 let n = changes[at..].partition_point(|(k, _)| *k <= &chunk.0[..]);
                 groups.push((Some(chunk), at..at + n, false));
@@ -463,11 +454,7 @@ impl Packed {
             // that rewrite (two rewrites of one chunk would lose one);
             // else they join the last chunk if it has room, and fill
             // chunks up.
-            let last = self.inner.last_in(
-                Space::Entities,
-                Bound::Included(prefix.to_vec()),
-                Bound::Excluded(first.to_vec()),
-            )?;
+            let last = self.last_chunk_before(prefix, first)?;
             match (groups.last_mut(), last) {
                 (Some((Some(touched), range, _)), Some(last)) if touched.0 == last.0 => {
                     range.end = changes.len();
@@ -485,6 +472,87 @@ impl Packed {
         for (chunk, range, append) in groups {
             self.rewrite_chunk(chunk, &changes[range], append, out)?;
         }
+        Ok(())
+    }
+
+    /// The fence at or after `key` in partition `prefix` (`last`: the last
+    /// fence before `key`). The caller holds the partition's stripe, so the
+    /// partition's fences are exact.
+    fn fence(&self, prefix: &[u8], key: &[u8], last: bool) -> Option<Vec<u8>> {
+        let fences = self.fences.read();
+        let fence = if last {
+            fences
+                .range::<[u8], _>((Bound::Included(prefix), Bound::Excluded(key)))
+                .next_back()
+        } else {
+            fences
+                .range::<[u8], _>((Bound::Included(key), Bound::Unbounded))
+                .next()
+        };
+        fence.filter(|f| f.starts_with(prefix)).cloned()
+    }
+
+    /// The chunk of partition `prefix` at or after `key`: its fence, then
+    /// a point get. Not a seek: in a partition written often, the memtable
+    /// holds every older version of its chunks, and a seek walks them all
+    /// (a one-entity replace in a partition of 1,000 took 62–84 µs that
+    /// way, against 7.9 µs with one pair per entity). If the engine
+    /// disagrees with the fence, the seek answers.
+    fn chunk_at_or_after(&self, prefix: &[u8], key: &[u8]) -> Result<Option<(Bytes, Bytes)>> {
+        if let Some(fence) = self.fence(prefix, key, false)
+            && let Some(chunk) = self.inner.get(Space::Entities, &fence)?
+        {
+            return Ok(Some((Bytes::from(fence), chunk)));
+        }
+        Ok(self
+            .inner
+            .scan(
+                Space::Entities,
+                Bound::Included(key.to_vec()),
+                Bound::Unbounded,
+            )
+            .next()
+            .transpose()?
+            .filter(|(k, _)| k.starts_with(prefix)))
+    }
+
+    /// The last chunk of partition `prefix` before `key`, the same way.
+    fn last_chunk_before(&self, prefix: &[u8], key: &[u8]) -> Result<Option<(Bytes, Bytes)>> {
+        if let Some(fence) = self.fence(prefix, key, true)
+            && let Some(chunk) = self.inner.get(Space::Entities, &fence)?
+        {
+            return Ok(Some((Bytes::from(fence), chunk)));
+        }
+        self.inner.last_in(
+            Space::Entities,
+            Bound::Included(prefix.to_vec()),
+            Bound::Excluded(key.to_vec()),
+        )
+    }
+
+    /// Reloads the fences of partition `prefix` from the engine (after a
+    /// failed write, which may or may not have landed).
+    fn reload_fences(&self, prefix: &[u8]) -> Result<()> {
+        let mut end = prefix.to_vec();
+        *end.last_mut().expect("a prefix ends with its separator") = 1;
+        let keys: Vec<Vec<u8>> = self
+            .inner
+            .scan(
+                Space::Entities,
+                Bound::Included(prefix.to_vec()),
+                Bound::Excluded(end.clone()),
+            )
+            .map(|kv| kv.map(|(k, _)| k.to_vec()))
+            .collect::<Result<_>>()?;
+        let mut fences = self.fences.write();
+        let stale: Vec<Vec<u8>> = fences
+            .range::<[u8], _>((Bound::Included(prefix), Bound::Excluded(&end[..])))
+            .cloned()
+            .collect();
+        for key in stale {
+            fences.remove(&key);
+        }
+        fences.extend(keys);
         Ok(())
     }
 
@@ -694,7 +762,12 @@ impl Engine for Packed {
                 _ => None,
             })
             .collect();
-        self.inner.apply(out)?;
+        if let Err(e) = self.inner.apply(out) {
+            for prefix in partitions.keys() {
+                self.reload_fences(prefix)?;
+            }
+            return Err(e);
+        }
         let mut fences = self.fences.write();
         for (key, put) in fence_changes {
             if put {
@@ -1106,7 +1179,7 @@ mod tests {
         );
     }
 
-    /// An engine that counts the pairs its scans yield.
+    /// An engine that counts the pairs its gets and scans yield.
     #[derive(Debug, Default)]
     struct Counting {
         inner: MemoryEngine,
@@ -1115,7 +1188,11 @@ mod tests {
 
     impl Engine for Counting {
         fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>> {
-            self.inner.get(space, key)
+            let got = self.inner.get(space, key)?;
+            if got.is_some() {
+                self.read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(got)
         }
         fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_> {
             let read = self.read.clone();
