@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fjall::config::{BlockSizePolicy, HashRatioPolicy};
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use parking_lot::{Condvar, Mutex};
 
 use super::{Bytes, Durability, Engine, KvIter, Mutation, Space};
@@ -63,7 +63,10 @@ fn entity_keyspace_options() -> KeyspaceCreateOptions {
         .data_block_hash_ratio_policy(HashRatioPolicy::all(ENTITY_BLOCK_HASH_RATIO))
 }
 
-/// fjall behind the [`Engine`] trait.
+/// fjall behind the [`Engine`] trait. Its journal is not compressed:
+/// fjall lz4-compresses journal values of 4 KiB and more by default, in the
+/// writing thread, and the packed layout's chunks (up to 8 KiB) are such
+/// values. Data blocks on disk stay compressed.
 pub(crate) struct FjallEngine {
     db: Database,
     entities: Keyspace,
@@ -161,6 +164,7 @@ impl FjallEngine {
         let db = Database::builder(path)
             .cache_size(cache_bytes)
             .manual_journal_persist(true)
+            .journal_compression(CompressionType::None)
             .open()?;
         let ks = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
         let entities = db.keyspace("entities", entity_keyspace_options)?;
