@@ -40,7 +40,9 @@
 //!
 //! **Deliberately limited.** A one-entity write rewrites its whole chunk: up
 //! to [`ChunkLimits::DEFAULT`]'s bytes go to the journal instead of one
-//! entity's (PostgreSQL's full-page writes are the same trade). Chunks that
+//! entity's (PostgreSQL's full-page writes are the same trade). The store
+//! bench's `write/replace_1_buffered` takes 23–25 µs against 7.7–8.2 µs with
+//! one pair per entity. Chunks that
 //! deletes shrink are not merged with their neighbours. A point read still
 //! fetches a whole chunk and binary-searches it (store bench: 3.4–3.5 µs
 //! against 2.6 µs for one pair per entity). The fences cost memory in
