@@ -142,15 +142,7 @@ impl Loaded {
         );
         let started = Instant::now();
         {
-            let store = LocalStore::open(
-                dir.path(),
-                StoreOptions {
-                    durability: Durability::Buffered,
-                    ..StoreOptions::default()
-                },
-            )
-            .expect("open store for loading");
-            store.create_table_blocking(TABLE).expect("create table");
+            let store = store_with_table(dir.path(), Durability::Buffered);
             let threads = std::thread::available_parallelism()
                 .map_or(1, usize::from)
                 .clamp(1, 4);
@@ -349,15 +341,7 @@ fn write_benches(c: &mut Criterion) {
         ("insert_100_buffered", Durability::Buffered),
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = LocalStore::open(
-            dir.path(),
-            StoreOptions {
-                durability,
-                ..StoreOptions::default()
-            },
-        )
-        .expect("open store");
-        store.create_table_blocking(TABLE).expect("create table");
+        let store = store_with_table(dir.path(), durability);
         let mut rng = Rng(99);
         let mut partition = 0usize;
         g.bench_function(name, |b| {
@@ -385,15 +369,7 @@ fn write_benches(c: &mut Criterion) {
     // packed into chunks this rewrites the entity's whole chunk.
     let mut g = c.benchmark_group("write");
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = LocalStore::open(
-        dir.path(),
-        StoreOptions {
-            durability: Durability::Buffered,
-            ..StoreOptions::default()
-        },
-    )
-    .expect("open store");
-    store.create_table_blocking(TABLE).expect("create table");
+    let store = store_with_table(dir.path(), Durability::Buffered);
     let mut rng = Rng(7);
     for first in (0..PER_PARTITION).step_by(EGT_OPS) {
         let ops: Vec<_> = (first..first + EGT_OPS)
@@ -417,6 +393,17 @@ fn write_benches(c: &mut Criterion) {
         );
     });
     g.finish();
+}
+
+/// A store in `dir` with the bench table created.
+fn store_with_table(dir: &std::path::Path, durability: Durability) -> LocalStore {
+    let options = StoreOptions {
+        durability,
+        ..StoreOptions::default()
+    };
+    let store = LocalStore::open(dir, options).expect("open store");
+    store.create_table_blocking(TABLE).expect("create table");
+    store
 }
 
 fn main() {
