@@ -34,7 +34,7 @@ const SCAN_CHUNK: usize = 256;
 /// Whether a range is empty by its bounds. BTreeMap::range panics on an
 /// inverted or empty-excluded range, where fjall yields nothing; the
 /// engines must agree.
-fn empty_range(start: &Bound<Vec<u8>>, end: &Bound<Vec<u8>>) -> bool {
+pub(crate) fn empty_range(start: &Bound<Vec<u8>>, end: &Bound<Vec<u8>>) -> bool {
     match (start, end) {
         (Bound::Included(s), Bound::Included(e)) => s > e,
         (Bound::Included(s) | Bound::Excluded(s), Bound::Excluded(e))
