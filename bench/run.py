@@ -460,7 +460,11 @@ def pgbench_scripts(layout: Layout, group_rows: int = 100) -> dict[str, str]:
         for i in range(group_rows)) + "COMMIT;\n"
     multi = newkey + "INSERT INTO entities (pk, rk, n, s, d) VALUES " + ", ".join(
         f"(:k::text, '{1000 + i}', {i}, 'multi row {i}', {i}.5)" for i in range(group_rows)) + ";\n"
-    return {"point": point, "range": rng, "egt": egt, "multi": multi}
+    # One loaded row by its key, read and written back (an OLTP write).
+    update = (f"\\set p random({pb}, {pb + P - 1})\n"
+              f"\\set r random({rb}, {rb + R - 1})\n"
+              "UPDATE entities SET n = n + 1 WHERE pk = :p::text AND rk = :r::text;\n")
+    return {"point": point, "range": rng, "egt": egt, "multi": multi, "update": update}
 
 
 def substitute(script: str, values: dict[str, int]) -> str:
@@ -913,6 +917,11 @@ def run_all(args, layout: Layout, bench: Bench, pg: PgCluster, tg: Tablegate, wo
             w = Workload("d", f"{key}100-prepared-c{c}", title, "prepared", c, scripts[key], rows_per_txn=100,
                          writes=True)
             bench.rounds(w, args.duration, args.rounds)
+        # Not an acceptance target of issue 9; it shows what a one-row
+        # write costs each layout.
+        w = Workload("d", f"update1-prepared-c{c}", f"one-row UPDATE by key, {plural(c)}", "prepared", c,
+                     scripts["update"], writes=True)
+        bench.rounds(w, args.duration, args.rounds)
     return report
 
 
@@ -928,7 +937,7 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
     for k in keys:
         pg_rs, tg_rs = by[("PostgreSQL", k)], by[("tablegate", k)]
         mult = 100 if k.startswith(("egt", "multi")) else 1
-        wid = "d" if mult == 100 else ("b" if k.startswith("range") else "a")
+        wid = "d" if k.startswith(("egt", "multi", "update")) else ("b" if k.startswith("range") else "a")
         unit = ("rows/s" if mult == 100 else "tps") + (" (median)" if len(pg_rs) > 1 else "")
         pv, tv = median([r.tps for r in pg_rs]) * mult, median([r.tps for r in tg_rs]) * mult
         # Round i's ratio pairs the two servers' i-th runs.

@@ -14,7 +14,8 @@
 //! - `egt/insert_100_{sync,buffered}` — one 100-operation entity-group
 //!   transaction of Inserts into a new partition;
 //! - `write/replace_1_buffered` — one entity replaced in a partition of
-//!   1,000 (with entities packed into chunks, a chunk rewrite).
+//!   1,000, by random keys (a delta; about one write in nine folds its
+//!   span into its chunk, a chunk rewrite).
 //!
 //! The read benchmarks share one table of 1,000 partitions × 1,000 entities
 //! (a ~100-character string and an integer each), loaded once with

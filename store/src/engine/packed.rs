@@ -27,35 +27,52 @@
 //! repeats (lz4 compresses it away on disk), so a scan hands out keys and
 //! values alike as views into the chunk: no allocation or copy per entity.
 //!
-//! **Writes** rewrite the chunks they touch, inside the caller's one atomic
-//! engine batch. Each chunk a batch touches (found by a seek per group of
-//! changes) is merged with its changes and cut again into chunks of at most
-//! [`ChunkLimits`]: in equal parts when it overflows (as a B-tree splits),
-//! but filling chunks up when the batch only appends after the partition's
-//! last entity (a sequential load leaves full chunks, not halves). Chunks
-//! that come out byte-identical are not written again.
+//! **Writes of a few entities are deltas.** A chunk rewrite puts up to 8
+//! KiB in the journal and the memtable for a one-entity write, and made a
+//! one-row SQL UPDATE ~40% slower than with one pair per entity. So a
+//! partition's changes in one batch go in as *deltas* (one engine pair per
+//! entity, under its key and a 0x00: `0xD0 ++ value`, or `0xD1` for a
+//! delete) as long as each chunk's *span* (the keys after the previous
+//! chunk, up to its own key; or the partition's tail after its last chunk)
+//! keeps at most [`ChunkLimits::deltas`]. The delta key sorts right after
+//! its entity's key, so before the chunk that spans the entity, and a scan
+//! merges the two in one pass of the engine (one snapshot); a delta
+//! replaces its entity's entry. A write to a chunk's last entity is never
+//! a delta: it would sort after its chunk. Point reads ask the in-memory
+//! index whether a delta exists and then fetch it (one engine get more).
+//!
+//! **Other writes rewrite the chunks they touch**, inside the caller's one
+//! atomic engine batch, and fold the deltas of the spans they rewrite (the
+//! deltas' deletes go in the same batch). Each chunk a batch touches (found
+//! through its fence) is merged with its changes and cut again into chunks
+//! of at most [`ChunkLimits`]: in equal parts when it overflows (as a
+//! B-tree splits), but filling chunks up when the batch only appends after
+//! the partition's last entity (a sequential load leaves full chunks, not
+//! halves). Chunks that come out byte-identical are not written again.
 //! Writers of one partition are serialized here by a lock stripe; the
 //! store's own partition lock already serializes them, but this layer's
 //! read-modify-write must not depend on its caller for correctness.
 //!
-//! **Deliberately limited.** A one-entity write rewrites its whole chunk: up
-//! to [`ChunkLimits::DEFAULT`]'s bytes go to the journal instead of one
-//! entity's (PostgreSQL's full-page writes are the same trade). The store
-//! bench's `write/replace_1_buffered` takes 23–25 µs against 7.7–8.2 µs with
-//! one pair per entity. Chunks that
+//! **Deliberately limited.** A write that folds a span rewrites its chunk:
+//! with the default limits, about one one-entity write in nine. Chunks that
 //! deletes shrink are not merged with their neighbours. A point read still
 //! fetches a whole chunk and binary-searches it (store bench: 3.4–3.5 µs
-//! against 2.6 µs for one pair per entity). The fences cost memory in
-//! proportion to the chunks (~70 bytes per chunk: ~1.4 MB per million
-//! entities of ~150 bytes) and a walk of the chunk keys when the store
-//! opens.
+//! against 2.6 µs for one pair per entity). The index costs memory in
+//! proportion to the chunks and deltas (~70 bytes per chunk, ~1.4 MB per
+//! million entities of ~150 bytes, and at most 8 deltas per chunk) and a
+//! walk of the entities keyspace's keys when the store opens. A table of
+//! many small partitions written one entity at a time can stay all deltas
+//! (one pair per entity, the old layout's costs), since a span folds only
+//! when it passes the limit.
 //!
 //! **Older data directories** kept one pair per entity. [`Packed::open`]
 //! finds no layout marker, packs the existing pairs in place (restartable:
 //! a chunk's first byte tells it from an old entity value, whose first byte
-//! is the codec's format version 1), then writes the marker.
+//! is the codec's format version 1), then writes the marker. A directory
+//! marked `chunks/1` (chunks, no deltas yet) is marked `chunks/2`, so that
+//! a tablegate from before deltas refuses it instead of misreading them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::{Bound, Range};
 
 use byteview::ByteView;
@@ -72,25 +89,39 @@ const ENTRY_HEADER: usize = 6;
 /// What an entry costs a chunk besides its key and value: the header and
 /// its offset in the trailer.
 const ENTRY_OVERHEAD: usize = ENTRY_HEADER + 4;
+/// First byte of a delta's value: the entity's value follows.
+const DELTA_PUT: u8 = 0xD0;
+/// The whole value of a delta that deletes its entity.
+const DELTA_DELETE: u8 = 0xD1;
 /// Meta key recording the entities keyspace's layout.
 const LAYOUT_KEY: &[u8] = b"entity_layout";
-const LAYOUT_CHUNKS: &[u8] = b"chunks/1";
+/// Chunks and deltas. A tablegate that knows only `chunks/1` refuses a
+/// directory marked so, instead of misreading its deltas as damaged chunks.
+const LAYOUT_CHUNKS: &[u8] = b"chunks/2";
+/// Chunks only (the layout's first version): opened as it is, and marked
+/// `chunks/2`.
+const LAYOUT_CHUNKS_NO_DELTAS: &[u8] = b"chunks/1";
 /// Old pairs packed per migration batch.
 const MIGRATE_BATCH: usize = 4096;
 const LOCK_STRIPES: usize = 256;
 
-/// How full a chunk may get: whichever limit is reached first.
+/// How full a chunk may get (whichever of `entities` and `bytes` is reached
+/// first), and how many deltas its span may hold before the next write
+/// there folds them in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ChunkLimits {
     pub(crate) entities: u64,
     pub(crate) bytes: u64,
+    /// 0: every write rewrites its chunks.
+    pub(crate) deltas: usize,
 }
 
 impl ChunkLimits {
-    /// 128 entities or 8 KiB of entries.
+    /// 128 entities or 8 KiB of entries; 8 deltas per chunk.
     pub(crate) const DEFAULT: ChunkLimits = ChunkLimits {
         entities: 128,
         bytes: 8 * 1024,
+        deltas: 8,
     };
 
     /// A chunk's capacity in [`weight`](Self::weight) units.
@@ -133,6 +164,41 @@ fn before_end(key: &[u8], end: &Bound<Vec<u8>>) -> bool {
         Bound::Unbounded => true,
         Bound::Included(e) => key <= &e[..],
         Bound::Excluded(e) => key < &e[..],
+    }
+}
+
+/// The engine key of `key`'s delta: the key and a 0x00. Keys never hold
+/// 0x00 after their separator (it is a forbidden key character), so no
+/// entity key lies between an entity's key and its delta's: the delta
+/// sorts right after its entity, before every later entity, and so before
+/// the chunk that spans its entity, unless that chunk ends with it (which
+/// the writes never allow: see `delta_route`).
+fn delta_key(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.extend_from_slice(key);
+    k.push(0);
+    k
+}
+
+/// Whether an engine value is a delta (else it is a chunk).
+fn is_delta(value: &[u8]) -> bool {
+    matches!(value.first(), Some(&DELTA_PUT | &DELTA_DELETE))
+}
+
+/// The entity key a delta's engine key is for.
+fn delta_entity(engine_key: &[u8]) -> Result<&[u8]> {
+    match engine_key.split_last() {
+        Some((0, key)) => Ok(key),
+        _ => Err(corrupt("a delta whose key does not end with 0x00")),
+    }
+}
+
+/// What a delta says: the entity's value, or `None` for a delete.
+fn delta_value(value: &Bytes) -> Result<Option<Bytes>> {
+    match value.first() {
+        Some(&DELTA_PUT) => Ok(Some(view(value, 1..value.len()))),
+        Some(&DELTA_DELETE) if value.len() == 1 => Ok(None),
+        _ => Err(corrupt("a damaged delta")),
     }
 }
 
@@ -291,12 +357,83 @@ pub(crate) struct Packed {
     inner: Box<dyn Engine>,
     limits: ChunkLimits,
     stripes: Vec<Mutex<()>>,
+    /// Where the chunks end and which entities have deltas. Updated after
+    /// each write, under the write's stripes, so exact for a writer; a
+    /// reader may see it a write behind (see `get`).
+    index: RwLock<Index>,
+}
+
+/// What [`Packed`] keeps in memory about the entities keyspace.
+#[derive(Debug, Clone, Default)]
+struct Index {
     /// Every chunk's key (its last entity's), so that a point read can
     /// fetch its chunk with the engine's own get (bloom filters, the block
-    /// hash index) instead of a seek. Updated after each write, under the
-    /// write's stripes; a reader may see it a write behind, so it trusts
-    /// only what the chunk it fetched says (see `get`).
-    fences: RwLock<BTreeSet<Vec<u8>>>,
+    /// hash index) instead of a seek. A reader trusts only what the chunk
+    /// it fetched says.
+    fences: BTreeSet<Vec<u8>>,
+    /// The entity keys that have a delta, so that a point read looks for a
+    /// delta only where one may be, and a write counts a span's deltas
+    /// without a seek. Bounded: at most [`ChunkLimits::deltas`] per chunk.
+    deltas: BTreeSet<Vec<u8>>,
+}
+
+/// How a write changes the [`Index`], applied once the engine has the
+/// write.
+#[derive(Debug, Default)]
+struct IndexChanges {
+    fences_added: Vec<Vec<u8>>,
+    fences_removed: Vec<Vec<u8>>,
+    deltas_added: Vec<Vec<u8>>,
+    deltas_removed: Vec<Vec<u8>>,
+}
+
+impl Index {
+    /// The fence at or after `key` in partition `prefix` (`last`: the last
+    /// fence before `key`).
+    fn fence(&self, prefix: &[u8], key: &[u8], last: bool) -> Option<&[u8]> {
+        let fence = if last {
+            self.fences
+                .range::<[u8], _>((Bound::Included(prefix), Bound::Excluded(key)))
+                .next_back()
+        } else {
+            self.fences
+                .range::<[u8], _>((Bound::Included(key), Bound::Unbounded))
+                .next()
+        };
+        fence.filter(|f| f.starts_with(prefix)).map(Vec::as_slice)
+    }
+
+    /// The span `key` lies in: the partition's last chunk before it
+    /// (`None`: none) and the chunk that holds it (`None`: the partition's
+    /// tail, after its last chunk).
+    fn span(&self, prefix: &[u8], key: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+        (
+            self.fence(prefix, key, true),
+            self.fence(prefix, key, false),
+        )
+    }
+
+    /// The entity keys with a delta after chunk `lower` (or the partition's
+    /// start) and before chunk `holder` (or `end`, the partition's end).
+    fn deltas_between<'a>(
+        &'a self,
+        prefix: &'a [u8],
+        lower: Option<&'a [u8]>,
+        holder: Option<&'a [u8]>,
+        end: &'a [u8],
+    ) -> impl Iterator<Item = &'a Vec<u8>> + 'a {
+        let start = lower.map_or(Bound::Included(prefix), Bound::Excluded);
+        self.deltas
+            .range::<[u8], _>((start, Bound::Excluded(holder.unwrap_or(end))))
+    }
+}
+
+/// The first key after partition `prefix` (which ends with the 0x00
+/// separator): the prefix with 0x01 for its last byte.
+fn partition_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    *end.last_mut().expect("a prefix ends with its separator") = 1;
+    end
 }
 
 impl std::fmt::Debug for Packed {
@@ -316,10 +453,11 @@ impl Packed {
             inner,
             limits,
             stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
-            fences: RwLock::new(BTreeSet::new()),
+            index: RwLock::new(Index::default()),
         };
         match packed.inner.get(Space::Meta, LAYOUT_KEY)? {
             Some(layout) if layout == LAYOUT_CHUNKS => {}
+            Some(layout) if layout == LAYOUT_CHUNKS_NO_DELTAS => packed.mark_layout(Vec::new())?,
             Some(layout) => {
                 return Err(StoreError::Corrupt(format!(
                     "the entities keyspace has layout {:?}, which this tablegate does not know",
@@ -328,15 +466,33 @@ impl Packed {
             }
             None => packed.migrate()?,
         }
-        let mut fences = BTreeSet::new();
-        for kv in packed
-            .inner
-            .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded)
-        {
-            fences.insert(kv?.0.to_vec());
-        }
-        *packed.fences.write() = fences;
+        let index = packed.load_index(Bound::Unbounded, Bound::Unbounded)?;
+        *packed.index.write() = index;
         Ok(packed)
+    }
+
+    /// The fences and deltas of a key range, read from the engine.
+    fn load_index(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> Result<Index> {
+        let mut index = Index::default();
+        for kv in self.inner.scan(Space::Entities, start, end) {
+            let (key, value) = kv?;
+            if is_delta(&value) {
+                index.deltas.insert(delta_entity(&key)?.to_vec());
+            } else {
+                index.fences.insert(key.to_vec());
+            }
+        }
+        Ok(index)
+    }
+
+    /// Records the layout (with `batch`, atomically).
+    fn mark_layout(&self, mut batch: Vec<Mutation>) -> Result<()> {
+        batch.push(Mutation::Put {
+            space: Space::Meta,
+            key: LAYOUT_KEY.to_vec(),
+            value: LAYOUT_CHUNKS.to_vec(),
+        });
+        self.inner.apply(batch)
     }
 
     /// Packs every pair of the old layout (one per entity) into chunks, in
@@ -373,12 +529,7 @@ impl Packed {
             }
         }
         packed += self.pack_run(&mut run, &mut batch)?;
-        batch.push(Mutation::Put {
-            space: Space::Meta,
-            key: LAYOUT_KEY.to_vec(),
-            value: LAYOUT_CHUNKS.to_vec(),
-        });
-        self.inner.apply(batch)?;
+        self.mark_layout(batch)?;
         if packed > 0 {
             tracing::info!(
                 entities = packed,
@@ -429,17 +580,140 @@ impl Packed {
         Ok(used < self.limits.capacity())
     }
 
+    /// Whether a partition's changes go in as deltas. They do when the
+    /// store keeps deltas (`limits.deltas` > 0), no changed key ends a
+    /// chunk (its delta would sort after the chunk that holds its entity),
+    /// and no chunk's span would then hold more than `limits.deltas`
+    /// deltas. Otherwise the write rewrites chunks and folds the deltas of
+    /// the spans it rewrites. The caller holds the partition's stripe, so
+    /// the index is exact.
+    fn delta_route(&self, prefix: &[u8], changes: &Changes) -> bool {
+        if changes.len() > self.limits.deltas {
+            return false;
+        }
+        let index = self.index.read();
+        let end = partition_end(prefix);
+        // Deltas per span, by the span's chunk (`None`: after the last).
+        let mut spans: BTreeMap<Option<&[u8]>, usize> = BTreeMap::new();
+        for key in changes.keys() {
+            if index.fences.contains(key) {
+                return false;
+            }
+            let (lower, holder) = index.span(prefix, key);
+            let count = spans
+                .entry(holder)
+                .or_insert_with(|| index.deltas_between(prefix, lower, holder, &end).count());
+            *count += usize::from(!index.deltas.contains(key));
+            if *count > self.limits.deltas {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Writes `changes` as deltas.
+    fn write_deltas(&self, changes: Changes, out: &mut Vec<Mutation>, index: &mut IndexChanges) {
+        for (key, value) in changes {
+            let value = match value {
+                Some(v) => {
+                    let mut delta = Vec::with_capacity(v.len() + 1);
+                    delta.push(DELTA_PUT);
+                    delta.extend_from_slice(&v);
+                    delta
+                }
+                None => vec![DELTA_DELETE],
+            };
+            out.push(Mutation::Put {
+                space: Space::Entities,
+                key: delta_key(&key),
+                value,
+            });
+            index.deltas_added.push(key);
+        }
+    }
+
+    /// Takes the deltas out of every span a rewrite for `changes` may cut:
+    /// the spans of the changed keys and, when some change lies after the
+    /// partition's last chunk, that chunk's span too (an append may
+    /// rewrite it). Pushes the deltas' deletes and returns what those the
+    /// batch does not replace said, in key order.
+    fn fold(
+        &self,
+        prefix: &[u8],
+        changes: &Changes,
+        out: &mut Vec<Mutation>,
+        index_changes: &mut IndexChanges,
+    ) -> Result<Vec<(Vec<u8>, Option<Bytes>)>> {
+        let keys: BTreeSet<Vec<u8>> = {
+            let index = self.index.read();
+            if index.deltas.is_empty() {
+                return Ok(Vec::new());
+            }
+            let end = partition_end(prefix);
+            let mut keys = BTreeSet::new();
+            let mut spans_done: BTreeSet<Option<&[u8]>> = BTreeSet::new();
+            for key in changes.keys() {
+                let (lower, holder) = index.span(prefix, key);
+                if !spans_done.insert(holder) {
+                    continue;
+                }
+                keys.extend(index.deltas_between(prefix, lower, holder, &end).cloned());
+                if let (None, Some(last)) = (holder, lower)
+                    && spans_done.insert(Some(last))
+                {
+                    let before_last = index.fence(prefix, last, true);
+                    keys.extend(
+                        index
+                            .deltas_between(prefix, before_last, Some(last), &end)
+                            .cloned(),
+                    );
+                }
+            }
+            keys
+        };
+        let mut folded = Vec::new();
+        for key in keys {
+            let engine_key = delta_key(&key);
+            if let Some(delta) = self.inner.get(Space::Entities, &engine_key)? {
+                if !changes.contains_key(&key) {
+                    folded.push((key.clone(), delta_value(&delta)?));
+                }
+                out.push(Mutation::Delete {
+                    space: Space::Entities,
+                    key: engine_key,
+                });
+            }
+            index_changes.deltas_removed.push(key);
+        }
+        Ok(folded)
+    }
+
     /// Rewrites the chunks of the partition `prefix` that `changes` (full
-    /// keys, `None` for a delete) touch, pushing the engine mutations to
-    /// `out`. The caller holds the partition's stripe. Each touched chunk is
-    /// found with its own seek and rewritten on its own, so a batch that
-    /// touches both ends of a large partition reads two chunks, not the
-    /// chunks between.
-    fn rewrite(&self, prefix: &[u8], changes: &Changes, out: &mut Vec<Mutation>) -> Result<()> {
-        let changes: Vec<(&[u8], Option<&[u8]>)> = changes
-            .iter()
-            .map(|(k, v)| (&k[..], v.as_deref()))
-            .collect();
+    /// keys, `None` for a delete) touch, with the deltas of their spans,
+    /// pushing the engine mutations to `out`. The caller holds the
+    /// partition's stripe. Each touched chunk is found on its own, so a
+    /// batch that touches both ends of a large partition reads two chunks,
+    /// not the chunks between.
+    fn rewrite(
+        &self,
+        prefix: &[u8],
+        changes: &Changes,
+        out: &mut Vec<Mutation>,
+        index_changes: &mut IndexChanges,
+    ) -> Result<()> {
+        let folded = self.fold(prefix, changes, out, index_changes)?;
+        // The batch's changes and the folded deltas, in key order.
+        let mut merged: Vec<(&[u8], Option<&[u8]>)> =
+            Vec::with_capacity(changes.len() + folded.len());
+        let mut deltas = folded.iter().peekable();
+        for (key, value) in changes {
+            while let Some((k, v)) = deltas.next_if(|(k, _)| k < key) {
+                merged.push((k, v.as_deref()));
+            }
+            merged.push((key, value.as_deref()));
+        }
+        merged.extend(deltas.map(|(k, v)| (&k[..], v.as_deref())));
+        let changes = merged;
         let mut groups: Vec<Group> = Vec::new();
         let mut at = 0;
         while let Some(&(first, _)) = changes.get(at) {
@@ -472,7 +746,7 @@ impl Packed {
             at = changes.len();
         }
         for (chunk, range, append) in groups {
-            self.rewrite_chunk(chunk, &changes[range], append, out)?;
+            self.rewrite_chunk(chunk, &changes[range], append, out, index_changes)?;
         }
         Ok(())
     }
@@ -481,17 +755,10 @@ impl Packed {
     /// fence before `key`). Exact when the caller holds the partition's
     /// stripe; a reader without it may see the fences a write behind.
     fn fence(&self, prefix: &[u8], key: &[u8], last: bool) -> Option<Vec<u8>> {
-        let fences = self.fences.read();
-        let fence = if last {
-            fences
-                .range::<[u8], _>((Bound::Included(prefix), Bound::Excluded(key)))
-                .next_back()
-        } else {
-            fences
-                .range::<[u8], _>((Bound::Included(key), Bound::Unbounded))
-                .next()
-        };
-        fence.filter(|f| f.starts_with(prefix)).cloned()
+        self.index
+            .read()
+            .fence(prefix, key, last)
+            .map(<[u8]>::to_vec)
     }
 
     /// The chunk of partition `prefix` at or after `key`: its fence, then
@@ -506,16 +773,20 @@ impl Packed {
         {
             return Ok(Some((Bytes::from(fence), chunk)));
         }
-        Ok(self
-            .inner
-            .scan(
-                Space::Entities,
-                Bound::Included(key.to_vec()),
-                Bound::Unbounded,
-            )
-            .next()
-            .transpose()?
-            .filter(|(k, _)| k.starts_with(prefix)))
+        for kv in self.inner.scan(
+            Space::Entities,
+            Bound::Included(key.to_vec()),
+            Bound::Unbounded,
+        ) {
+            let (k, v) = kv?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            if !is_delta(&v) {
+                return Ok(Some((k, v)));
+            }
+        }
+        Ok(None)
     }
 
     /// The last chunk of partition `prefix` before `key`, the same way.
@@ -525,36 +796,48 @@ impl Packed {
         {
             return Ok(Some((Bytes::from(fence), chunk)));
         }
-        self.inner.last_in(
-            Space::Entities,
-            Bound::Included(prefix.to_vec()),
-            Bound::Excluded(key.to_vec()),
-        )
+        let range = || {
+            (
+                Bound::Included(prefix.to_vec()),
+                Bound::Excluded(key.to_vec()),
+            )
+        };
+        match self.inner.last_in(Space::Entities, range().0, range().1)? {
+            None => return Ok(None),
+            Some((k, v)) if !is_delta(&v) => return Ok(Some((k, v))),
+            // The last pair is a delta: walk forward for the last chunk.
+            Some(_) => {}
+        }
+        let mut last = None;
+        for kv in self.inner.scan(Space::Entities, range().0, range().1) {
+            let (k, v) = kv?;
+            if !is_delta(&v) {
+                last = Some((k, v));
+            }
+        }
+        Ok(last)
     }
 
-    /// Reloads the fences of partition `prefix` from the engine (after a
+    /// Reloads the index of partition `prefix` from the engine (after a
     /// failed write, which may or may not have landed).
-    fn reload_fences(&self, prefix: &[u8]) -> Result<()> {
-        let mut end = prefix.to_vec();
-        *end.last_mut().expect("a prefix ends with its separator") = 1;
-        let keys: Vec<Vec<u8>> = self
-            .inner
-            .scan(
-                Space::Entities,
-                Bound::Included(prefix.to_vec()),
-                Bound::Excluded(end.clone()),
-            )
-            .map(|kv| kv.map(|(k, _)| k.to_vec()))
-            .collect::<Result<_>>()?;
-        let mut fences = self.fences.write();
-        let stale: Vec<Vec<u8>> = fences
-            .range::<[u8], _>((Bound::Included(prefix), Bound::Excluded(&end[..])))
-            .cloned()
-            .collect();
-        for key in stale {
-            fences.remove(&key);
+    fn reload_index(&self, prefix: &[u8]) -> Result<()> {
+        let end = partition_end(prefix);
+        let fresh = self.load_index(
+            Bound::Included(prefix.to_vec()),
+            Bound::Excluded(end.clone()),
+        )?;
+        let mut index = self.index.write();
+        let range = (Bound::Included(prefix), Bound::Excluded(&end[..]));
+        let stale_fences: Vec<Vec<u8>> = index.fences.range::<[u8], _>(range).cloned().collect();
+        let stale_deltas: Vec<Vec<u8>> = index.deltas.range::<[u8], _>(range).cloned().collect();
+        for key in stale_fences {
+            index.fences.remove(&key);
         }
-        fences.extend(keys);
+        for key in stale_deltas {
+            index.deltas.remove(&key);
+        }
+        index.fences.extend(fresh.fences);
+        index.deltas.extend(fresh.deltas);
         Ok(())
     }
 
@@ -567,6 +850,7 @@ impl Packed {
         changes: &[(&[u8], Option<&[u8]>)],
         append: bool,
         out: &mut Vec<Mutation>,
+        index_changes: &mut IndexChanges,
     ) -> Result<()> {
         let mut merged: Vec<(&[u8], &[u8])> = Vec::new();
         let mut pending = changes.iter().copied().peekable();
@@ -605,6 +889,7 @@ impl Packed {
                     key: key.to_vec(),
                     value: chunk,
                 });
+                index_changes.fences_added.push(key.to_vec());
             }
         }
         if let Some((key, _)) = &old
@@ -614,6 +899,7 @@ impl Packed {
                 space: Space::Entities,
                 key: key.to_vec(),
             });
+            index_changes.fences_removed.push(key.to_vec());
         }
         Ok(())
     }
@@ -659,28 +945,49 @@ impl Engine for Packed {
             return self.inner.get(space, key);
         }
         let plen = prefix_len(key)?;
+        let (fence, has_delta) = {
+            let index = self.index.read();
+            let fence = index.fence(&key[..plen], key, false).map(<[u8]>::to_vec);
+            (
+                fence,
+                !index.deltas.is_empty() && index.deltas.contains(key),
+            )
+        };
+        // A delta answers for its entity. One folded since the index was
+        // read is gone from the engine, and its chunk then holds it.
+        if has_delta && let Some(delta) = self.inner.get(space, &delta_key(key))? {
+            return delta_value(&delta);
+        }
         // The fence names the chunk that should hold the key. The chunk
         // fetched under it answers only if it spans the key: chunks never
         // overlap, so then no other chunk can hold it. Otherwise (a fence a
         // write behind, or none) the seek below answers.
-        if let Some(fence) = self.fence(&key[..plen], key, false)
+        if let Some(fence) = fence
             && let Some(chunk) = self.inner.get(space, &fence)?
             && let Some(found) = spanning(&chunk, key)?
         {
             return Ok(found);
         }
-        let first = self
+        // The seek: the key's own delta, if it meets it, else the first
+        // chunk of the partition at or after the key.
+        let own_delta = delta_key(key);
+        for kv in self
             .inner
             .scan(space, Bound::Included(key.to_vec()), Bound::Unbounded)
-            .next();
-        let Some(kv) = first else {
-            return Ok(None);
-        };
-        let (chunk_key, chunk) = kv?;
-        if chunk_key.get(..plen) != Some(&key[..plen]) {
-            return Ok(None);
+        {
+            let (engine_key, value) = kv?;
+            if engine_key.get(..plen) != Some(&key[..plen]) {
+                break;
+            }
+            if is_delta(&value) {
+                if engine_key[..] == own_delta[..] {
+                    return delta_value(&value);
+                }
+                continue;
+            }
+            return Ok(find(&value, key)?.map(|at| view(&value, at)));
         }
-        Ok(find(&chunk, key)?.map(|value| view(&chunk, value)))
+        Ok(None)
     }
 
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_> {
@@ -694,6 +1001,9 @@ impl Engine for Packed {
             floor: start.map(Bytes::from),
             end,
             current: None,
+            deltas: VecDeque::new(),
+            last_read: None,
+            exhausted: false,
             done: false,
         })
     }
@@ -739,38 +1049,36 @@ impl Engine for Packed {
         stripes.sort_unstable();
         stripes.dedup();
         let _held: Vec<_> = stripes.iter().map(|&s| self.stripes[s].lock()).collect();
-        for (prefix, changes) in &partitions {
-            self.rewrite(prefix, changes, &mut out)?;
+        let mut index_changes = IndexChanges::default();
+        let prefixes: Vec<Vec<u8>> = partitions.keys().cloned().collect();
+        for (prefix, changes) in partitions {
+            if self.limits.deltas > 0 && self.delta_route(&prefix, &changes) {
+                self.write_deltas(changes, &mut out, &mut index_changes);
+            } else {
+                self.rewrite(&prefix, &changes, &mut out, &mut index_changes)?;
+            }
         }
-        let fence_changes: Vec<(Vec<u8>, bool)> = out
-            .iter()
-            .filter_map(|m| match m {
-                Mutation::Put {
-                    space: Space::Entities,
-                    key,
-                    ..
-                } => Some((key.clone(), true)),
-                Mutation::Delete {
-                    space: Space::Entities,
-                    key,
-                } => Some((key.clone(), false)),
-                _ => None,
-            })
-            .collect();
         if let Err(e) = self.inner.apply(out) {
-            for prefix in partitions.keys() {
-                self.reload_fences(prefix)?;
+            for prefix in &prefixes {
+                self.reload_index(prefix)?;
             }
             return Err(e);
         }
-        let mut fences = self.fences.write();
-        for (key, put) in fence_changes {
-            if put {
-                fences.insert(key);
-            } else {
-                fences.remove(&key);
-            }
+        let mut index = self.index.write();
+        let IndexChanges {
+            fences_added,
+            fences_removed,
+            deltas_added,
+            deltas_removed,
+        } = index_changes;
+        for key in fences_removed {
+            index.fences.remove(&key);
         }
+        index.fences.extend(fences_added);
+        for key in deltas_removed {
+            index.deltas.remove(&key);
+        }
+        index.deltas.extend(deltas_added);
         Ok(())
     }
 
@@ -779,7 +1087,11 @@ impl Engine for Packed {
     }
 }
 
-/// A scan of the entities keyspace, entity by entity.
+/// A scan of the entities keyspace, entity by entity: the chunks' entries
+/// merged with the deltas. The engine yields each delta before the chunk
+/// that spans its entity, so deltas wait in order until that chunk comes,
+/// or until the engine has moved past their partition (a chunk never
+/// spans two), and a delta replaces its entity's entry.
 struct Unpack<'a> {
     chunks: KvIter<'a>,
     /// Entities at the start of a chunk up to here were yielded already or
@@ -789,6 +1101,12 @@ struct Unpack<'a> {
     floor: Bound<Bytes>,
     end: Bound<Vec<u8>>,
     current: Option<Chunk>,
+    /// Deltas read and not yet yielded, by engine key, in key order.
+    deltas: VecDeque<(Bytes, Bytes)>,
+    /// The engine key read last.
+    last_read: Option<Bytes>,
+    /// The engine has nothing more.
+    exhausted: bool,
     done: bool,
 }
 
@@ -803,10 +1121,106 @@ struct Chunk {
     at_floor: bool,
 }
 
+impl Chunk {
+    /// The next entry past `floor`, not yet taken (`None`: no more).
+    fn peek(&mut self, floor: &Bound<Bytes>) -> Result<Option<EntryAt>> {
+        while self.pos < self.end {
+            let at = entry_at(&self.value, self.pos, self.end)?;
+            if self.at_floor {
+                if !after_start(&self.value[at.0.clone()], floor) {
+                    self.pos = at.1.end;
+                    continue;
+                }
+                self.at_floor = false;
+            }
+            return Ok(Some(at));
+        }
+        Ok(None)
+    }
+}
+
 impl Unpack<'_> {
-    fn fail(&mut self, e: StoreError) -> Option<Result<(Bytes, Bytes)>> {
-        self.done = true;
-        Some(Err(e))
+    /// One step of the merge: a pair to yield, or `None` to step again
+    /// (with `done` set at the end).
+    fn step(&mut self) -> Result<Option<(Bytes, Bytes)>> {
+        if let Some(chunk) = &mut self.current {
+            let Some(at) = chunk.peek(&self.floor)? else {
+                self.floor = Bound::Excluded(chunk.key.clone());
+                self.current = None;
+                return Ok(None);
+            };
+            let key = &chunk.value[at.0.clone()];
+            let delta_first = match self.deltas.front() {
+                Some((delta, _)) => {
+                    let entity = delta_entity(delta)?;
+                    if entity == key {
+                        // The delta replaces this entry.
+                        chunk.pos = at.1.end;
+                    }
+                    entity <= key
+                }
+                None => false,
+            };
+            if !delta_first {
+                chunk.pos = at.1.end;
+                if !before_end(key, &self.end) {
+                    self.done = true;
+                    return Ok(None);
+                }
+                return Ok(Some((
+                    Bytes::from(chunk.value.slice(at.0)),
+                    Bytes::from(chunk.value.slice(at.1)),
+                )));
+            }
+        } else if !self.deltas_ready()? {
+            match self.chunks.next().transpose()? {
+                None => self.exhausted = true,
+                Some((key, value)) => {
+                    if is_delta(&value) {
+                        self.deltas.push_back((key.clone(), value));
+                    } else {
+                        let (end, _) = trailer(&value)?;
+                        self.current = Some(Chunk {
+                            key: key.clone(),
+                            value: value.into(),
+                            pos: 1,
+                            end,
+                            at_floor: true,
+                        });
+                    }
+                    self.last_read = Some(key);
+                }
+            }
+            return Ok(None);
+        }
+        // The first waiting delta goes now.
+        let Some((key, value)) = self.deltas.pop_front() else {
+            self.done = true;
+            return Ok(None);
+        };
+        let entity = delta_entity(&key)?;
+        if !after_start(entity, &self.floor) {
+            return Ok(None);
+        }
+        if !before_end(entity, &self.end) {
+            self.done = true;
+            return Ok(None);
+        }
+        Ok(delta_value(&value)?.map(|v| (view(&key, 0..key.len() - 1), v)))
+    }
+
+    /// Whether the first waiting delta may go without waiting for a chunk
+    /// (also when none waits and the engine has nothing more): the engine
+    /// has nothing more, or has moved past the delta's partition.
+    fn deltas_ready(&self) -> Result<bool> {
+        if self.exhausted {
+            return Ok(true);
+        }
+        let (Some((first, _)), Some(last)) = (self.deltas.front(), &self.last_read) else {
+            return Ok(false);
+        };
+        let plen = prefix_len(first)?;
+        Ok(!last.starts_with(&first[..plen]))
     }
 }
 
@@ -814,58 +1228,17 @@ impl Iterator for Unpack<'_> {
     type Item = Result<(Bytes, Bytes)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if self.done {
-                return None;
-            }
-            let Some(chunk) = &mut self.current else {
-                let (key, value) = match self.chunks.next()? {
-                    Ok(kv) => kv,
-                    Err(e) => return self.fail(e),
-                };
-                let end = match trailer(&value) {
-                    Ok((end, _)) => end,
-                    Err(e) => return self.fail(e),
-                };
-                self.current = Some(Chunk {
-                    key,
-                    value: value.into(),
-                    pos: 1,
-                    end,
-                    at_floor: true,
-                });
-                continue;
-            };
-            let mut entries = Entries {
-                chunk: &chunk.value,
-                pos: chunk.pos,
-                end: chunk.end,
-            };
-            let Some(entry) = entries.next() else {
-                self.floor = Bound::Excluded(chunk.key.clone());
-                self.current = None;
-                continue;
-            };
-            chunk.pos = entries.pos;
-            let (key, value) = match entry {
-                Ok(at) => at,
-                Err(e) => return self.fail(e),
-            };
-            if chunk.at_floor {
-                if !after_start(&chunk.value[key.clone()], &self.floor) {
-                    continue;
+        while !self.done {
+            match self.step() {
+                Ok(Some(pair)) => return Some(Ok(pair)),
+                Ok(None) => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
                 }
-                chunk.at_floor = false;
             }
-            if !before_end(&chunk.value[key.clone()], &self.end) {
-                self.done = true;
-                return None;
-            }
-            return Some(Ok((
-                Bytes::from(chunk.value.slice(key)),
-                Bytes::from(chunk.value.slice(value)),
-            )));
         }
+        None
     }
 }
 
@@ -876,11 +1249,16 @@ mod tests {
     use super::*;
     use crate::engine::memory::MemoryEngine;
 
-    /// Small limits, so that a handful of entities fills a chunk.
+    /// Small limits, so that a handful of entities fills a chunk and two
+    /// deltas fill a span.
     const TINY: ChunkLimits = ChunkLimits {
         entities: 3,
         bytes: 96,
+        deltas: 2,
     };
+
+    /// The same without deltas: every write rewrites chunks.
+    const TINY_NO_DELTAS: ChunkLimits = ChunkLimits { deltas: 0, ..TINY };
 
     fn key(table: u8, pk: &str, rk: &str) -> Vec<u8> {
         let mut k = vec![0, 0, 0, 0, 0, 0, 0, table];
@@ -906,24 +1284,48 @@ mod tests {
         .collect()
     }
 
-    /// Every chunk: one fence, one partition, keyed by its last entity,
-    /// entries in order, not empty, within the limits (an equal cut may pass them by
-    /// half an entry; one entry over the limits stands alone).
-    fn check_chunks(p: &Packed) {
-        let chunk_keys: BTreeSet<Vec<u8>> = pairs(p.inner.scan(
-            Space::Entities,
-            Bound::Unbounded,
-            Bound::Unbounded,
-        ))
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-        assert_eq!(*p.fences.read(), chunk_keys, "a fence per chunk");
-        let mut previous_last: Option<Vec<u8>> = None;
-        for (key, chunk) in pairs(
+    /// The engine's chunks, without the deltas.
+    fn raw_chunks(p: &Packed) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let all = pairs(
             p.inner
                 .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded),
-        ) {
+        );
+        all.into_iter().filter(|(_, v)| !is_delta(v)).collect()
+    }
+
+    /// The entity keys with a delta in the engine.
+    fn raw_deltas(p: &Packed) -> BTreeSet<Vec<u8>> {
+        let all = pairs(
+            p.inner
+                .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded),
+        );
+        all.into_iter()
+            .filter(|(_, v)| is_delta(v))
+            .map(|(k, _)| delta_entity(&k).expect("delta key").to_vec())
+            .collect()
+    }
+
+    /// Every chunk: one fence, one partition, keyed by its last entity,
+    /// entries in order, not empty, within the limits (an equal cut may pass them by
+    /// half an entry; one entry over the limits stands alone). Every
+    /// delta: in the index, not for a chunk's last entity, at most
+    /// `limits.deltas` in a span.
+    fn check_chunks(p: &Packed) {
+        let chunk_keys: BTreeSet<Vec<u8>> = raw_chunks(p).into_iter().map(|(k, _)| k).collect();
+        let index = p.index.read().clone();
+        assert_eq!(index.fences, chunk_keys, "a fence per chunk");
+        let deltas = raw_deltas(p);
+        assert_eq!(index.deltas, deltas, "the index lists every delta");
+        for key in &deltas {
+            assert!(!chunk_keys.contains(key), "a delta sorts after its chunk");
+            let prefix = &key[..prefix_len(key).expect("key")];
+            let (lower, holder) = index.span(prefix, key);
+            let end = partition_end(prefix);
+            let n = index.deltas_between(prefix, lower, holder, &end).count();
+            assert!(n <= p.limits.deltas, "{n} deltas in one span");
+        }
+        let mut previous_last: Option<Vec<u8>> = None;
+        for (key, chunk) in raw_chunks(p) {
             let plen = prefix_len(&key).expect("chunk key");
             let entries: Vec<_> = Entries::new(&chunk)
                 .expect("a chunk")
@@ -1038,8 +1440,8 @@ mod tests {
                 // Fences a write behind: none at all, or without the
                 // chunk that holds the key (the next chunk's fence then
                 // answers). The seek must take over.
-                let fences = p.fences.read().clone();
-                p.fences.write().clear();
+                let fences = p.index.read().fences.clone();
+                p.index.write().fences.clear();
                 assert_eq!(get(p), model.get(k).cloned(), "get {k:?} without fences");
                 let mut stale = fences.clone();
                 let holder = stale
@@ -1049,13 +1451,23 @@ mod tests {
                 if let Some(holder) = holder {
                     stale.remove(&holder);
                 }
-                *p.fences.write() = stale;
+                p.index.write().fences = stale;
                 assert_eq!(
                     get(p),
                     model.get(k).cloned(),
                     "get {k:?} with a stale fence"
                 );
-                *p.fences.write() = fences;
+                p.index.write().fences = fences;
+                // A delta the index still lists after it was folded.
+                let listed = !p.index.write().deltas.insert(k.clone());
+                assert_eq!(
+                    get(p),
+                    model.get(k).cloned(),
+                    "get {k:?} with a stale delta"
+                );
+                if !listed {
+                    p.index.write().deltas.remove(k);
+                }
                 let expected: Vec<_> = if crate::engine::memory::empty_range(start, end) {
                     Vec::new()
                 } else {
@@ -1077,17 +1489,32 @@ mod tests {
         prop::collection::vec((any_key(), bound(), bound()), 1..6)
     }
 
+    /// Batches of one or two changes (deltas, mostly) and longer ones.
+    fn batches(n: usize) -> impl Strategy<Value = Vec<Vec<Change>>> {
+        let batch = prop_oneof![
+            prop::collection::vec(change(), 1..3),
+            prop::collection::vec(change(), 1..12),
+        ];
+        prop::collection::vec(batch, 1..n)
+    }
+
+    fn limits() -> impl Strategy<Value = ChunkLimits> {
+        prop_oneof![Just(TINY), Just(TINY_NO_DELTAS)]
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
         /// Same batches, same answers as a plain ordered map: gets, full
-        /// and bounded scans, with chunks of three entities.
+        /// and bounded scans, with chunks of three entities, with and
+        /// without deltas.
         #[test]
         fn packed_memory_engine_matches_a_map(
-            batches in prop::collection::vec(prop::collection::vec(change(), 1..12), 1..12),
+            batches in batches(16),
             probes in probes(),
+            limits in limits(),
         ) {
-            let p = Packed::open(Box::new(MemoryEngine::default()), TINY).expect("open");
+            let p = Packed::open(Box::new(MemoryEngine::default()), limits).expect("open");
             run_against_model(&p, &batches, &probes);
         }
     }
@@ -1098,8 +1525,9 @@ mod tests {
         /// The same over fjall (its reverse seek and snapshot scans).
         #[test]
         fn packed_fjall_engine_matches_a_map(
-            batches in prop::collection::vec(prop::collection::vec(change(), 1..12), 1..8),
+            batches in batches(10),
             probes in probes(),
+            limits in limits(),
         ) {
             let dir = tempfile::tempdir().expect("tempdir");
             let engine = crate::engine::fjall_engine::FjallEngine::open(
@@ -1108,7 +1536,7 @@ mod tests {
                 1 << 20,
             )
             .expect("open");
-            let p = Packed::open(Box::new(engine), TINY).expect("packed");
+            let p = Packed::open(Box::new(engine), limits).expect("packed");
             run_against_model(&p, &batches, &probes);
         }
     }
@@ -1117,7 +1545,7 @@ mod tests {
     /// them; inserting into a full chunk splits it in two.
     #[test]
     fn appends_fill_chunks_and_inserts_split_them() {
-        let p = Packed::open(Box::new(MemoryEngine::default()), TINY).expect("open");
+        let p = Packed::open(Box::new(MemoryEngine::default()), TINY_NO_DELTAS).expect("open");
         for i in 0..7 {
             p.apply(vec![put(key(1, "p", &format!("{:02}", i * 2)), b"v")])
                 .expect("append");
@@ -1155,13 +1583,23 @@ mod tests {
         p.apply(batch).expect("load");
         let mut out = Vec::new();
         let changes = BTreeMap::from([(key(1, "p", "4"), Some(b"w".to_vec()))]);
-        p.rewrite(&key(1, "p", ""), &changes, &mut out)
-            .expect("rewrite");
+        p.rewrite(
+            &key(1, "p", ""),
+            &changes,
+            &mut out,
+            &mut IndexChanges::default(),
+        )
+        .expect("rewrite");
         assert_eq!(out.len(), 1, "one chunk rewritten: {out:?}");
         let deleting_absent = BTreeMap::from([(key(1, "p", "44"), None)]);
         out.clear();
-        p.rewrite(&key(1, "p", ""), &deleting_absent, &mut out)
-            .expect("rewrite");
+        p.rewrite(
+            &key(1, "p", ""),
+            &deleting_absent,
+            &mut out,
+            &mut IndexChanges::default(),
+        )
+        .expect("rewrite");
         assert!(
             out.is_empty(),
             "deleting a missing key writes nothing: {out:?}"
@@ -1214,8 +1652,13 @@ mod tests {
         ]);
         let mut out = Vec::new();
         read.store(0, std::sync::atomic::Ordering::Relaxed);
-        p.rewrite(&key(1, "p", ""), &changes, &mut out)
-            .expect("rewrite");
+        p.rewrite(
+            &key(1, "p", ""),
+            &changes,
+            &mut out,
+            &mut IndexChanges::default(),
+        )
+        .expect("rewrite");
         assert_eq!(out.len(), 2, "two chunks rewritten: {out:?}");
         let chunks_read = read.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(chunks_read, 2, "of the partition's 10 chunks");
@@ -1305,9 +1748,122 @@ mod tests {
             .collect();
         assert_eq!(scanned.len(), 1);
         assert!(matches!(scanned[0], Err(StoreError::Corrupt(_))));
+        // Three appends are too many for deltas: they read the chunk.
+        let appends = ["b", "c", "d"].map(|rk| put(key(1, "p", rk), b"v"));
         assert!(matches!(
-            p.apply(vec![put(key(1, "p", "b"), b"v")]),
+            p.apply(appends.to_vec()),
             Err(StoreError::Corrupt(_))
         ));
+        // A damaged delta.
+        let p = Packed::open(p.inner, TINY).expect("reopen");
+        p.inner
+            .apply(vec![put(delta_key(&key(1, "t", "a")), &[DELTA_DELETE, 0])])
+            .expect("damaged delta");
+        p.index.write().deltas.insert(key(1, "t", "a"));
+        assert!(matches!(
+            p.get(Space::Entities, &key(1, "t", "a")),
+            Err(StoreError::Corrupt(_))
+        ));
+    }
+
+    /// A one-entity write goes in as a delta and leaves its chunk alone;
+    /// the write that would put a third delta in the span folds them all
+    /// into the chunk. Reads see every write either way.
+    #[test]
+    fn single_writes_are_deltas_until_their_span_folds() {
+        let p = Packed::open(Box::new(MemoryEngine::default()), TINY).expect("open");
+        let load: Vec<_> = (0..9)
+            .map(|i| put(key(1, "p", &i.to_string()), b"v"))
+            .collect();
+        p.apply(load).expect("load");
+        let chunks = raw_chunks(&p);
+        assert_eq!(chunks.len(), 3);
+        let read = |rk: &str| {
+            p.get(Space::Entities, &key(1, "p", rk))
+                .expect("get")
+                .map(|v| v.to_vec())
+        };
+        let values = || -> Vec<(String, Vec<u8>)> {
+            pairs(p.scan(Space::Entities, Bound::Unbounded, Bound::Unbounded))
+                .into_iter()
+                .map(|(k, v)| (String::from_utf8(k[10..].to_vec()).expect("rk"), v))
+                .collect()
+        };
+        p.apply(vec![put(key(1, "p", "3"), b"w")]).expect("replace");
+        p.apply(vec![Mutation::Delete {
+            space: Space::Entities,
+            key: key(1, "p", "4"),
+        }])
+        .expect("delete");
+        assert_eq!(raw_chunks(&p), chunks, "no chunk rewritten");
+        assert_eq!(raw_deltas(&p).len(), 2);
+        check_chunks(&p);
+        assert_eq!(read("3").as_deref(), Some(&b"w"[..]));
+        assert_eq!(read("4"), None, "a delete as a delta");
+        let expected = |replaced: &[(&str, &[u8])]| -> Vec<(String, Vec<u8>)> {
+            let mut all: BTreeMap<String, Vec<u8>> =
+                (0..9).map(|i| (i.to_string(), b"v".to_vec())).collect();
+            all.remove("4");
+            for (rk, v) in replaced {
+                all.insert(rk.to_string(), v.to_vec());
+            }
+            all.into_iter().collect()
+        };
+        assert_eq!(values(), expected(&[("3", b"w")]));
+        // Deltas in another span, and after the partition's last chunk.
+        p.apply(vec![
+            put(key(1, "p", "0"), b"x"),
+            put(key(1, "p", "9"), b"y"),
+        ])
+        .expect("two spans");
+        assert_eq!(raw_chunks(&p), chunks, "still no chunk rewritten");
+        assert_eq!(values(), expected(&[("3", b"w"), ("0", b"x"), ("9", b"y")]));
+        // A chunk's last entity is never a delta: it sorts after its chunk.
+        p.apply(vec![put(key(1, "p", "2"), b"z")])
+            .expect("chunk end");
+        assert_ne!(raw_chunks(&p), chunks, "rewritten");
+        check_chunks(&p);
+        // The third delta for the middle span folds it.
+        p.apply(vec![put(key(1, "p", "5"), b"u")]).expect("fold");
+        check_chunks(&p);
+        let left = raw_deltas(&p);
+        assert!(
+            !left.contains(&key(1, "p", "3")) && !left.contains(&key(1, "p", "4")),
+            "the span's deltas were folded: {left:?}"
+        );
+        assert_eq!(
+            values(),
+            expected(&[
+                ("3", b"w"),
+                ("0", b"x"),
+                ("9", b"y"),
+                ("2", b"z"),
+                ("5", b"u")
+            ])
+        );
+        // Reopened, the index comes back from the engine.
+        let again = Packed::open(p.inner, TINY).expect("reopen");
+        check_chunks(&again);
+    }
+
+    /// A directory of the layout's first version (chunks, no deltas) opens
+    /// as it is and is marked with the version that has deltas.
+    #[test]
+    fn chunks_without_deltas_are_marked_on_open() {
+        let raw = MemoryEngine::default();
+        raw.apply(vec![Mutation::Put {
+            space: Space::Meta,
+            key: LAYOUT_KEY.to_vec(),
+            value: LAYOUT_CHUNKS_NO_DELTAS.to_vec(),
+        }])
+        .expect("marker");
+        let p = Packed::open(Box::new(raw), TINY).expect("open");
+        assert_eq!(
+            p.inner
+                .get(Space::Meta, LAYOUT_KEY)
+                .expect("meta")
+                .as_deref(),
+            Some(LAYOUT_CHUNKS)
+        );
     }
 }
