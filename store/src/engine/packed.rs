@@ -646,10 +646,13 @@ impl Packed {
     ) -> Result<Vec<(Vec<u8>, Option<Bytes>)>> {
         let keys: BTreeSet<Vec<u8>> = {
             let index = self.index.read();
-            if index.deltas.is_empty() {
+            let end = partition_end(prefix);
+            // No delta in the partition (a load, a new partition): no span
+            // to look at per change.
+            let partition = (Bound::Included(prefix), Bound::Excluded(&end[..]));
+            if index.deltas.range::<[u8], _>(partition).next().is_none() {
                 return Ok(Vec::new());
             }
-            let end = partition_end(prefix);
             let mut keys = BTreeSet::new();
             let mut spans_done: BTreeSet<Option<&[u8]>> = BTreeSet::new();
             for key in changes.keys() {
@@ -1119,6 +1122,9 @@ struct Chunk {
     end: usize,
     /// Still skipping entries at or before the floor.
     at_floor: bool,
+    /// Its last entity is before the scan's end, so every entry is: no
+    /// key comparison per entry.
+    before_end: bool,
 }
 
 impl Chunk {
@@ -1163,7 +1169,7 @@ impl Unpack<'_> {
             };
             if !delta_first {
                 chunk.pos = at.1.end;
-                if !before_end(key, &self.end) {
+                if !chunk.before_end && !before_end(key, &self.end) {
                     self.done = true;
                     return Ok(None);
                 }
@@ -1181,6 +1187,7 @@ impl Unpack<'_> {
                     } else {
                         let (end, _) = trailer(&value)?;
                         self.current = Some(Chunk {
+                            before_end: before_end(&key, &self.end),
                             key: key.clone(),
                             value: value.into(),
                             pos: 1,
