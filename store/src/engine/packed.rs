@@ -30,11 +30,13 @@
 //! **Writes of a few entities are deltas.** A chunk rewrite puts up to 8
 //! KiB in the journal and the memtable for a one-entity write, and made a
 //! one-row SQL UPDATE ~40% slower than with one pair per entity. So a
-//! partition's changes in one batch go in as *deltas* (one engine pair per
-//! entity, under its key and a 0x00: `0xD0 ++ value`, or `0xD1` for a
-//! delete) as long as each chunk's *span* (the keys after the previous
-//! chunk, up to its own key; or the partition's tail after its last chunk)
-//! keeps at most [`ChunkLimits::deltas`]. The delta key sorts right after
+//! partition's puts in one batch go in as *deltas* (one engine pair per
+//! entity, under its key and a 0x00, valued `0xD0 ++ value`) as long as
+//! each chunk's *span* (the keys after the previous chunk, up to its own
+//! key; or the partition's tail after its last chunk) keeps at most
+//! [`ChunkLimits::deltas`]. Deletes are never deltas: they rewrite, so a
+//! deleted entity leaves nothing behind (no tombstone waits for a fold
+//! that may never come, as after `DROP TABLE`). The delta key sorts right after
 //! its entity's key, so before the chunk that spans the entity, and a scan
 //! merges the two in one pass of the engine (one snapshot); a delta
 //! replaces its entity's entry. A write to a chunk's last entity is never
@@ -91,8 +93,6 @@ const ENTRY_HEADER: usize = 6;
 const ENTRY_OVERHEAD: usize = ENTRY_HEADER + 4;
 /// First byte of a delta's value: the entity's value follows.
 const DELTA_PUT: u8 = 0xD0;
-/// The whole value of a delta that deletes its entity.
-const DELTA_DELETE: u8 = 0xD1;
 /// Meta key recording the entities keyspace's layout.
 const LAYOUT_KEY: &[u8] = b"entity_layout";
 /// Chunks and deltas. A tablegate that knows only `chunks/1` refuses a
@@ -182,7 +182,7 @@ fn delta_key(key: &[u8]) -> Vec<u8> {
 
 /// Whether an engine value is a delta (else it is a chunk).
 fn is_delta(value: &[u8]) -> bool {
-    matches!(value.first(), Some(&DELTA_PUT | &DELTA_DELETE))
+    value.first() == Some(&DELTA_PUT)
 }
 
 /// The entity key a delta's engine key is for.
@@ -193,11 +193,10 @@ fn delta_entity(engine_key: &[u8]) -> Result<&[u8]> {
     }
 }
 
-/// What a delta says: the entity's value, or `None` for a delete.
-fn delta_value(value: &Bytes) -> Result<Option<Bytes>> {
+/// A delta's entity value.
+fn delta_value(value: &Bytes) -> Result<Bytes> {
     match value.first() {
-        Some(&DELTA_PUT) => Ok(Some(view(value, 1..value.len()))),
-        Some(&DELTA_DELETE) if value.len() == 1 => Ok(None),
+        Some(&DELTA_PUT) => Ok(view(value, 1..value.len())),
         _ => Err(corrupt("a damaged delta")),
     }
 }
@@ -581,14 +580,18 @@ impl Packed {
     }
 
     /// Whether a partition's changes go in as deltas. They do when the
-    /// store keeps deltas (`limits.deltas` > 0), no changed key ends a
-    /// chunk (its delta would sort after the chunk that holds its entity),
-    /// and no chunk's span would then hold more than `limits.deltas`
-    /// deltas. Otherwise the write rewrites chunks and folds the deltas of
-    /// the spans it rewrites. The caller holds the partition's stripe, so
-    /// the index is exact.
+    /// store keeps deltas (`limits.deltas` > 0), none is a delete, no
+    /// changed key ends a chunk (its delta would sort after the chunk that
+    /// holds its entity), and no chunk's span would then hold more than
+    /// `limits.deltas` deltas. Otherwise the write rewrites chunks and
+    /// folds the deltas of the spans it rewrites. The caller holds the
+    /// partition's stripe, so the index is exact.
+    ///
+    /// Deletes always rewrite: a deleted entity then leaves nothing behind
+    /// in its chunk, and dropping a table (which deletes its entities in
+    /// batches) leaves no pair of it in the engine.
     fn delta_route(&self, prefix: &[u8], changes: &Changes) -> bool {
-        if changes.len() > self.limits.deltas {
+        if changes.len() > self.limits.deltas || changes.values().any(Option::is_none) {
             return false;
         }
         let index = self.index.read();
@@ -611,22 +614,18 @@ impl Packed {
         true
     }
 
-    /// Writes `changes` as deltas.
+    /// Writes the puts of `changes` as deltas (`delta_route` admits no
+    /// delete).
     fn write_deltas(&self, changes: Changes, out: &mut Vec<Mutation>, index: &mut IndexChanges) {
         for (key, value) in changes {
-            let value = match value {
-                Some(v) => {
-                    let mut delta = Vec::with_capacity(v.len() + 1);
-                    delta.push(DELTA_PUT);
-                    delta.extend_from_slice(&v);
-                    delta
-                }
-                None => vec![DELTA_DELETE],
-            };
+            let Some(value) = value else { continue };
+            let mut delta = Vec::with_capacity(value.len() + 1);
+            delta.push(DELTA_PUT);
+            delta.extend_from_slice(&value);
             out.push(Mutation::Put {
                 space: Space::Entities,
                 key: delta_key(&key),
-                value,
+                value: delta,
             });
             index.deltas_added.push(key);
         }
@@ -679,7 +678,7 @@ impl Packed {
             let engine_key = delta_key(&key);
             if let Some(delta) = self.inner.get(Space::Entities, &engine_key)? {
                 if !changes.contains_key(&key) {
-                    folded.push((key.clone(), delta_value(&delta)?));
+                    folded.push((key.clone(), Some(delta_value(&delta)?)));
                 }
                 out.push(Mutation::Delete {
                     space: Space::Entities,
@@ -959,7 +958,7 @@ impl Engine for Packed {
         // A delta answers for its entity. One folded since the index was
         // read is gone from the engine, and its chunk then holds it.
         if has_delta && let Some(delta) = self.inner.get(space, &delta_key(key))? {
-            return delta_value(&delta);
+            return delta_value(&delta).map(Some);
         }
         // The fence names the chunk that should hold the key. The chunk
         // fetched under it answers only if it spans the key: chunks never
@@ -984,7 +983,7 @@ impl Engine for Packed {
             }
             if is_delta(&value) {
                 if engine_key[..] == own_delta[..] {
-                    return delta_value(&value);
+                    return delta_value(&value).map(Some);
                 }
                 continue;
             }
@@ -1213,7 +1212,7 @@ impl Unpack<'_> {
             self.done = true;
             return Ok(None);
         }
-        Ok(delta_value(&value)?.map(|v| (view(&key, 0..key.len() - 1), v)))
+        Ok(Some((view(&key, 0..key.len() - 1), delta_value(&value)?)))
     }
 
     /// Whether the first waiting delta may go without waiting for a chunk
@@ -1761,10 +1760,10 @@ mod tests {
             p.apply(appends.to_vec()),
             Err(StoreError::Corrupt(_))
         ));
-        // A damaged delta.
+        // The index lists a delta the engine holds something else for.
         let p = Packed::open(p.inner, TINY).expect("reopen");
         p.inner
-            .apply(vec![put(delta_key(&key(1, "t", "a")), &[DELTA_DELETE, 0])])
+            .apply(vec![put(delta_key(&key(1, "t", "a")), &[DELTA_PUT + 1, 0])])
             .expect("damaged delta");
         p.index.write().deltas.insert(key(1, "t", "a"));
         assert!(matches!(
@@ -1796,58 +1795,71 @@ mod tests {
                 .map(|(k, v)| (String::from_utf8(k[10..].to_vec()).expect("rk"), v))
                 .collect()
         };
-        p.apply(vec![put(key(1, "p", "3"), b"w")]).expect("replace");
-        p.apply(vec![Mutation::Delete {
-            space: Space::Entities,
-            key: key(1, "p", "4"),
-        }])
-        .expect("delete");
+        let mut model: BTreeMap<String, Vec<u8>> =
+            (0..9).map(|i| (i.to_string(), b"v".to_vec())).collect();
+        let mut write = |changes: &[(&str, Option<&[u8]>)]| {
+            let mut batch = Vec::new();
+            for (rk, value) in changes {
+                match value {
+                    Some(v) => {
+                        model.insert(rk.to_string(), v.to_vec());
+                        batch.push(put(key(1, "p", rk), v));
+                    }
+                    None => {
+                        model.remove(*rk);
+                        batch.push(Mutation::Delete {
+                            space: Space::Entities,
+                            key: key(1, "p", rk),
+                        });
+                    }
+                }
+            }
+            p.apply(batch).expect("write");
+            check_chunks(&p);
+            let expected: Vec<_> = model.clone().into_iter().collect();
+            assert_eq!(values(), expected, "scan");
+            for (rk, v) in &model {
+                assert_eq!(read(rk).as_ref(), Some(v), "get {rk}");
+            }
+        };
+        // Two deltas in the middle chunk's span (the keys after "2", up to
+        // "5").
+        write(&[("3", Some(b"w"))]);
+        write(&[("4", Some(b"w"))]);
         assert_eq!(raw_chunks(&p), chunks, "no chunk rewritten");
         assert_eq!(raw_deltas(&p).len(), 2);
-        check_chunks(&p);
-        assert_eq!(read("3").as_deref(), Some(&b"w"[..]));
-        assert_eq!(read("4"), None, "a delete as a delta");
-        let expected = |replaced: &[(&str, &[u8])]| -> Vec<(String, Vec<u8>)> {
-            let mut all: BTreeMap<String, Vec<u8>> =
-                (0..9).map(|i| (i.to_string(), b"v".to_vec())).collect();
-            all.remove("4");
-            for (rk, v) in replaced {
-                all.insert(rk.to_string(), v.to_vec());
-            }
-            all.into_iter().collect()
-        };
-        assert_eq!(values(), expected(&[("3", b"w")]));
-        // Deltas in another span, and after the partition's last chunk.
-        p.apply(vec![
-            put(key(1, "p", "0"), b"x"),
-            put(key(1, "p", "9"), b"y"),
-        ])
-        .expect("two spans");
+        // Deltas in the first span and after the partition's last chunk.
+        write(&[("0", Some(b"x")), ("9", Some(b"y"))]);
         assert_eq!(raw_chunks(&p), chunks, "still no chunk rewritten");
-        assert_eq!(values(), expected(&[("3", b"w"), ("0", b"x"), ("9", b"y")]));
+        assert_eq!(raw_deltas(&p).len(), 4);
         // A chunk's last entity is never a delta: it sorts after its chunk.
-        p.apply(vec![put(key(1, "p", "2"), b"z")])
-            .expect("chunk end");
+        // The rewrite folds the first span's delta.
+        write(&[("2", Some(b"z"))]);
         assert_ne!(raw_chunks(&p), chunks, "rewritten");
-        check_chunks(&p);
-        // The third delta for the middle span folds it.
-        p.apply(vec![put(key(1, "p", "5"), b"u")]).expect("fold");
-        check_chunks(&p);
+        assert!(!raw_deltas(&p).contains(&key(1, "p", "0")), "folded");
+        // A third delta in the middle span folds it.
+        write(&[("35", Some(b"u"))]);
         let left = raw_deltas(&p);
         assert!(
             !left.contains(&key(1, "p", "3")) && !left.contains(&key(1, "p", "4")),
             "the span's deltas were folded: {left:?}"
         );
-        assert_eq!(
-            values(),
-            expected(&[
-                ("3", b"w"),
-                ("0", b"x"),
-                ("9", b"y"),
-                ("2", b"z"),
-                ("5", b"u")
-            ])
+        // Deletes rewrite, and leave no pair behind: not in a chunk, not as
+        // a delta.
+        write(&[("9", None)]);
+        assert!(raw_deltas(&p).is_empty(), "the tail's delta went with it");
+        write(&[("7", None)]);
+        let all = pairs(
+            p.inner
+                .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded),
         );
+        for gone in ["7", "9"] {
+            let k = key(1, "p", gone);
+            assert!(
+                all.iter().all(|(_, v)| !v.windows(k.len()).any(|w| w == k)),
+                "{gone} left in the engine"
+            );
+        }
         // Reopened, the index comes back from the engine.
         let again = Packed::open(p.inner, TINY).expect("reopen");
         check_chunks(&again);
