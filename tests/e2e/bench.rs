@@ -104,5 +104,5 @@ fn bench_script_runs_every_workload_and_writes_report_and_chart() {
     assert_eq!(doc.root_element().tag_name().name(), "svg");
     // The background and one bar per ratio row (a to d).
     let rects = doc.descendants().filter(|n| n.has_tag_name("rect")).count();
-    assert_eq!(rects, 1 + 4 + 1 + 2 + 2, "{svg}");
+    assert_eq!(rects, 1 + 4 + 1 + 2 + 3, "{svg}");
 }
