@@ -1579,33 +1579,40 @@ mod tests {
         check_chunks(&p);
     }
 
+    /// The mutations that rewriting `changes` into partition "p" of table
+    /// 1 would apply.
+    fn rewrite_p(p: &Packed, changes: &Changes) -> Vec<Mutation> {
+        let mut out = Vec::new();
+        p.rewrite(
+            &key(1, "p", ""),
+            changes,
+            &mut out,
+            &mut IndexChanges::default(),
+        )
+        .expect("rewrite");
+        out
+    }
+
+    /// Entities "0" to "8" of partition "p" of table 1 (three chunks of
+    /// three), loaded in one batch.
+    fn nine_entities() -> Packed {
+        let p = Packed::open(Box::new(MemoryEngine::default()), TINY).expect("open");
+        let load: Vec<_> = (0..9)
+            .map(|i| put(key(1, "p", &i.to_string()), b"v"))
+            .collect();
+        p.apply(load).expect("load");
+        p
+    }
+
     /// A rewrite leaves chunks the batch did not change alone.
     #[test]
     fn unchanged_chunks_are_not_rewritten() {
-        let p = Packed::open(Box::new(MemoryEngine::default()), TINY).expect("open");
-        let batch: Vec<_> = (0..9)
-            .map(|i| put(key(1, "p", &i.to_string()), b"v"))
-            .collect();
-        p.apply(batch).expect("load");
-        let mut out = Vec::new();
+        let p = nine_entities();
         let changes = BTreeMap::from([(key(1, "p", "4"), Some(b"w".to_vec()))]);
-        p.rewrite(
-            &key(1, "p", ""),
-            &changes,
-            &mut out,
-            &mut IndexChanges::default(),
-        )
-        .expect("rewrite");
+        let out = rewrite_p(&p, &changes);
         assert_eq!(out.len(), 1, "one chunk rewritten: {out:?}");
         let deleting_absent = BTreeMap::from([(key(1, "p", "44"), None)]);
-        out.clear();
-        p.rewrite(
-            &key(1, "p", ""),
-            &deleting_absent,
-            &mut out,
-            &mut IndexChanges::default(),
-        )
-        .expect("rewrite");
+        let out = rewrite_p(&p, &deleting_absent);
         assert!(
             out.is_empty(),
             "deleting a missing key writes nothing: {out:?}"
@@ -1656,15 +1663,8 @@ mod tests {
             (key(1, "p", "00"), Some(b"w".to_vec())),
             (key(1, "p", "29"), Some(b"w".to_vec())),
         ]);
-        let mut out = Vec::new();
         read.store(0, std::sync::atomic::Ordering::Relaxed);
-        p.rewrite(
-            &key(1, "p", ""),
-            &changes,
-            &mut out,
-            &mut IndexChanges::default(),
-        )
-        .expect("rewrite");
+        let out = rewrite_p(&p, &changes);
         assert_eq!(out.len(), 2, "two chunks rewritten: {out:?}");
         let chunks_read = read.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(chunks_read, 2, "of the partition's 10 chunks");
@@ -1689,13 +1689,7 @@ mod tests {
             pairs(p.scan(Space::Entities, Bound::Unbounded, Bound::Unbounded)),
             old
         );
-        assert_eq!(
-            p.inner
-                .get(Space::Meta, LAYOUT_KEY)
-                .expect("meta")
-                .as_deref(),
-            Some(LAYOUT_CHUNKS)
-        );
+        assert_eq!(layout(&p).as_deref(), Some(LAYOUT_CHUNKS));
         let chunks = pairs(
             p.inner
                 .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded),
@@ -1706,6 +1700,22 @@ mod tests {
             pairs(again.scan(Space::Entities, Bound::Unbounded, Bound::Unbounded)),
             old
         );
+    }
+
+    /// Marks an engine's layout, as a tablegate that wrote it would have.
+    fn mark(raw: &MemoryEngine, layout: &[u8]) {
+        raw.apply(vec![Mutation::Put {
+            space: Space::Meta,
+            key: LAYOUT_KEY.to_vec(),
+            value: layout.to_vec(),
+        }])
+        .expect("marker");
+    }
+
+    /// The layout a store is marked with.
+    fn layout(p: &Packed) -> Option<Vec<u8>> {
+        let marker = p.inner.get(Space::Meta, LAYOUT_KEY).expect("meta");
+        marker.map(|m| m.to_vec())
     }
 
     /// Damaged chunks are errors, not panics.
@@ -1731,12 +1741,7 @@ mod tests {
             &[MAGIC, 0xff, 0xff, 0xff, 0x7f],
         )])
         .expect("lying trailer");
-        raw.apply(vec![Mutation::Put {
-            space: Space::Meta,
-            key: LAYOUT_KEY.to_vec(),
-            value: LAYOUT_CHUNKS.to_vec(),
-        }])
-        .expect("marker");
+        mark(&raw, LAYOUT_CHUNKS);
         let p = Packed::open(Box::new(raw), TINY).expect("open");
         for k in [
             key(1, "p", "a"),
@@ -1777,11 +1782,7 @@ mod tests {
     /// into the chunk. Reads see every write either way.
     #[test]
     fn single_writes_are_deltas_until_their_span_folds() {
-        let p = Packed::open(Box::new(MemoryEngine::default()), TINY).expect("open");
-        let load: Vec<_> = (0..9)
-            .map(|i| put(key(1, "p", &i.to_string()), b"v"))
-            .collect();
-        p.apply(load).expect("load");
+        let p = nine_entities();
         let chunks = raw_chunks(&p);
         assert_eq!(chunks.len(), 3);
         let read = |rk: &str| {
@@ -1870,19 +1871,8 @@ mod tests {
     #[test]
     fn chunks_without_deltas_are_marked_on_open() {
         let raw = MemoryEngine::default();
-        raw.apply(vec![Mutation::Put {
-            space: Space::Meta,
-            key: LAYOUT_KEY.to_vec(),
-            value: LAYOUT_CHUNKS_NO_DELTAS.to_vec(),
-        }])
-        .expect("marker");
+        mark(&raw, LAYOUT_CHUNKS_NO_DELTAS);
         let p = Packed::open(Box::new(raw), TINY).expect("open");
-        assert_eq!(
-            p.inner
-                .get(Space::Meta, LAYOUT_KEY)
-                .expect("meta")
-                .as_deref(),
-            Some(LAYOUT_CHUNKS)
-        );
+        assert_eq!(layout(&p).as_deref(), Some(LAYOUT_CHUNKS));
     }
 }
