@@ -88,10 +88,14 @@ enum UserAction {
 fn main() -> ExitCode {
     // Logs and statement spans go to stderr; TABLEGATE_LOG (or RUST_LOG)
     // filters them, e.g. TABLEGATE_LOG=tablegate_gateway=debug shows one
-    // line per statement with its class, rows and time.
+    // line per statement with its class, rows and time. By default, warnings
+    // and the progress of the one-time packing of a data directory from
+    // before chunks (it can take minutes on a large one).
     let filter = tracing_subscriber::EnvFilter::try_from_env("TABLEGATE_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("warn,tablegate_store::engine::packed=info")
+        });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
