@@ -756,9 +756,16 @@ impl Inner {
                 );
                 while let Some(kv) = iter.next() {
                     let (k, v) = kv?;
-                    let (pk, rk) = codec::split_entity_key(&k)?;
                     page.scanned += 1;
-                    if exact || query.spans.iter().any(|b| b.contains(pk, rk)) {
+                    if req.encoded && exact && query.filter.is_none() {
+                        // Every pair is in the answer, and nothing reads
+                        // its keys here: no split, no UTF-8 check per
+                        // entity (a full scan for an aggregate).
+                        let pk_len = codec::partition_key_len(&k)?;
+                        page.encoded.push(EncodedEntity::new(k.clone(), v, pk_len));
+                    } else if let (pk, rk) = codec::split_entity_key(&k)?
+                        && (exact || query.spans.iter().any(|b| b.contains(pk, rk)))
+                    {
                         if req.encoded {
                             let selected = match (&query.filter, &filter_props) {
                                 (Some(f), Some(props)) => {
@@ -786,6 +793,7 @@ impl Inner {
                     if full || out_of_time {
                         let more = iter.next().is_some() || ri + 1 < ranges.len() || clipped;
                         if more {
+                            let (pk, rk) = codec::split_entity_key(&k)?;
                             page.continuation = token(Resume {
                                 partition_key: pk.to_owned(),
                                 row_key: rk.to_owned(),
