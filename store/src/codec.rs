@@ -49,16 +49,16 @@ pub(crate) fn partition_end(id: u64, pk: &str) -> Vec<u8> {
     k
 }
 
-/// Splits an engine key back into (pk, rk), after its table prefix.
 /// The PartitionKey's length in an entity key, without checking that the
-/// keys are UTF-8 (the store wrote them from strings; [`EncodedEntity`]
-/// checks when a key is read).
+/// keys are UTF-8: the store wrote them from strings, and
+/// [`EncodedEntity`]'s accessors read a damaged key as empty.
 pub(crate) fn partition_key_len(key: &[u8]) -> Result<usize> {
     key.get(TABLE_PREFIX_LEN..)
         .and_then(|rest| rest.iter().position(|b| *b == 0))
         .ok_or_else(|| StoreError::Corrupt("entity key without key separator".into()))
 }
 
+/// Splits an engine key back into (pk, rk), after its table prefix.
 pub(crate) fn split_entity_key(key: &[u8]) -> Result<(&str, &str)> {
     let rest = key
         .get(TABLE_PREFIX_LEN..)
