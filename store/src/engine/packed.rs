@@ -963,10 +963,7 @@ impl Engine for Packed {
         let (fence, has_delta) = {
             let index = self.index.read();
             let fence = index.fence(&key[..plen], key, false).map(<[u8]>::to_vec);
-            (
-                fence,
-                !index.deltas.is_empty() && index.deltas.contains(key),
-            )
+            (fence, index.deltas.contains(key))
         };
         // A delta answers for its entity. One folded since the index was
         // read is gone from the engine, and its chunk then holds it.
@@ -1303,22 +1300,26 @@ mod tests {
         .collect()
     }
 
-    /// The engine's chunks, without the deltas.
-    fn raw_chunks(p: &Packed) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let all = pairs(
+    /// Every pair of the engine's entities keyspace: chunks and deltas.
+    fn engine_pairs(p: &Packed) -> Vec<(Vec<u8>, Vec<u8>)> {
+        pairs(
             p.inner
                 .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded),
-        );
-        all.into_iter().filter(|(_, v)| !is_delta(v)).collect()
+        )
+    }
+
+    /// The engine's chunks, without the deltas.
+    fn raw_chunks(p: &Packed) -> Vec<(Vec<u8>, Vec<u8>)> {
+        engine_pairs(p)
+            .into_iter()
+            .filter(|(_, v)| !is_delta(v))
+            .collect()
     }
 
     /// The entity keys with a delta in the engine.
     fn raw_deltas(p: &Packed) -> BTreeSet<Vec<u8>> {
-        let all = pairs(
-            p.inner
-                .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded),
-        );
-        all.into_iter()
+        engine_pairs(p)
+            .into_iter()
             .filter(|(_, v)| is_delta(v))
             .map(|(k, _)| delta_entity(&k).expect("delta key").to_vec())
             .collect()
@@ -1570,13 +1571,10 @@ mod tests {
                 .expect("append");
         }
         let sizes = |p: &Packed| -> Vec<usize> {
-            pairs(
-                p.inner
-                    .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded),
-            )
-            .iter()
-            .map(|(_, c)| Entries::new(c).expect("chunk").count())
-            .collect()
+            engine_pairs(p)
+                .iter()
+                .map(|(_, c)| Entries::new(c).expect("chunk").count())
+                .collect()
         };
         assert_eq!(
             sizes(&p),
@@ -1703,10 +1701,7 @@ mod tests {
             old
         );
         assert_eq!(layout(&p).as_deref(), Some(LAYOUT_CHUNKS));
-        let chunks = pairs(
-            p.inner
-                .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded),
-        );
+        let chunks = engine_pairs(&p);
         assert_eq!(chunks.len(), 4, "two chunks per partition of five");
         let again = Packed::open(p.inner, TINY).expect("reopen");
         assert_eq!(
@@ -1863,10 +1858,7 @@ mod tests {
         write(&[("9", None)]);
         assert!(raw_deltas(&p).is_empty(), "the tail's delta went with it");
         write(&[("7", None)]);
-        let all = pairs(
-            p.inner
-                .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded),
-        );
+        let all = engine_pairs(&p);
         for gone in ["7", "9"] {
             let k = key(1, "p", gone);
             assert!(
