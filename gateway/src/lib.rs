@@ -1,7 +1,7 @@
 //! The PostgreSQL wire protocol in front of the planner.
 //!
-//! - [`server`] — the listener: connections dealt to one single-threaded
-//!   runtime per core (pgwire's message loop with a 64 KiB write buffer), a
+//! - [`server`] — the listener: a thread (with a single-threaded runtime)
+//!   per connection (pgwire's message loop with a 64 KiB write buffer), a
 //!   connection limit answered with SQLSTATE 53300, graceful shutdown.
 //! - [`handler`] — per-connection handlers for the simple and extended query
 //!   protocols, sharing one `prepare` → `run` path; results stream.

@@ -1,5 +1,5 @@
-//! The listener: accepts sockets, runs each connection as a task on one of
-//! the connection threads (one single-threaded runtime per core), refuses
+//! The listener: accepts sockets, runs each connection on a thread of its
+//! own (with a single-threaded runtime), refuses
 //! connections over the limit with SQLSTATE 53300 (after reading the
 //! client's startup packet, as PostgreSQL does, so the client shows the
 //! error instead of a dropped socket), and shuts down gracefully: on the
@@ -251,64 +251,85 @@ struct Job {
     guard: ActiveGuard,
 }
 
-/// The threads connections run on: one single-threaded tokio runtime per
-/// core, connections dealt out in turn.
+/// The threads connections run on: one thread, with its own
+/// single-threaded tokio runtime, per connection (PostgreSQL's process per
+/// connection, as a thread).
 ///
-/// Why not the multi-threaded runtime: a point lookup is a few
-/// microseconds of work, and the work-stealing scheduler's hand-offs and
-/// wake-ups of idle workers (futex, inter-processor interrupts) cost as
-/// much again. Measured with 4 pgbench clients on 2 cores (server CPU from
-/// /proc per prepared point lookup, 5 paired runs): 16–21 µs with these
-/// threads against 18–24 µs on the multi-threaded runtime, 16% more
-/// lookups per second on average; one runtime for everything was 15 µs
-/// but leaves a core idle under load. Deliberately
-/// limited: a connection stays on its thread, so two busy sessions dealt
-/// to the same thread share one core while another may idle. Analytics
-/// (DataFusion) run on the shared multi-threaded runtime, and store reads
-/// that may block run on each runtime's blocking pool, as before.
+/// Why a thread each: a point lookup is a few microseconds of work, and
+/// what it costs around that work is wake-ups. A client's send wakes the
+/// thread that serves it; when that thread serves other clients too, it is
+/// often asleep on the other core, and the wake-up is an inter-processor
+/// interrupt, which on this VM costs the client's and the server's core
+/// several microseconds. With one thread per connection the kernel keeps
+/// each client and its thread on one core, as it does a PostgreSQL backend.
+/// Measured with 4 pgbench clients on 2 cores (prepared point lookups,
+/// server and pgbench CPU from /proc, rescheduling interrupts from
+/// /proc/interrupts): with one runtime per core, 0.39 rescheduling
+/// interrupts per lookup, 29–31 µs of server and 18–22 µs of pgbench CPU;
+/// with a thread per connection, none, 24–27 µs and 12–13 µs. Before
+/// either, the multi-threaded runtime's work stealing cost more still (16%
+/// fewer lookups than one runtime per core).
+///
+/// Deliberately limited: a thread per connection holds an 8 MiB stack
+/// reservation (address space; only the pages touched are memory), and
+/// `max_connections` bounds how many there are. Analytics (DataFusion) run
+/// on the shared multi-threaded runtime. A write blocks the connection's
+/// thread through its commit (`tablegate_store::write_on_this_thread`);
+/// scans that may run long still go to the runtime's blocking pool, so a
+/// cancel is answered while they run.
 struct ConnectionThreads {
-    queues: Vec<tokio::sync::mpsc::UnboundedSender<Job>>,
-    next: std::cell::Cell<usize>,
+    /// Flipped when the server stops: every connection still open ends.
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl ConnectionThreads {
     fn start() -> std::io::Result<ConnectionThreads> {
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut queues = Vec::with_capacity(n);
-        for i in 0..n {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Job>();
-            // The same stack size as the main runtime's threads: planning
-            // recurses over statement trees.
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .thread_stack_size(8 << 20)
-                .build()?;
-            std::thread::Builder::new()
-                .name(format!("tablegate-conn-{i}"))
-                .stack_size(8 << 20)
-                .spawn(move || {
-                    runtime.block_on(async move {
-                        while let Some(job) = rx.recv().await {
-                            tokio::spawn(job.serve());
-                        }
-                    });
-                    // The server stopped: dropping the runtime ends the
-                    // connections still open (after the shutdown grace).
-                })?;
-            queues.push(tx);
-        }
         Ok(ConnectionThreads {
-            queues,
-            next: std::cell::Cell::new(0),
+            stop: tokio::sync::watch::channel(false).0,
         })
     }
 
     fn run(&self, job: Job) {
-        let i = self.next.get();
-        self.next.set((i + 1) % self.queues.len());
-        // A send fails only if the thread is gone (it panicked): the
-        // connection is dropped, the client sees it closed.
-        let _ = self.queues[i].send(job);
+        let mut stop = self.stop.subscribe();
+        // The same stack size as the main runtime's threads: planning
+        // recurses over statement trees.
+        let spawned = std::thread::Builder::new()
+            .name("tablegate-conn".to_owned())
+            .stack_size(8 << 20)
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!("no runtime for a connection: {e}");
+                        return;
+                    }
+                };
+                // Nothing else runs here: a write may block this thread
+                // through its commit instead of taking two thread hand-offs.
+                tablegate_store::write_on_this_thread();
+                runtime.block_on(async move {
+                    tokio::select! {
+                        _ = job.serve() => {}
+                        // The server stopped (after the shutdown grace):
+                        // dropping the connection closes its socket.
+                        _ = stop.wait_for(|stopped| *stopped) => {}
+                    }
+                });
+            });
+        // No thread (the process is at its thread limit): the connection is
+        // dropped with the closure, and the client sees its socket closed.
+        if let Err(e) = spawned {
+            tracing::warn!("no thread for a connection: {e}");
+        }
+    }
+}
+
+impl Drop for ConnectionThreads {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
     }
 }
 

@@ -7,7 +7,7 @@
 //! Execute:
 //!
 //! 1. **Wire message → SQL text.** The gateway (pgwire, in the
-//!    connection's task on one of the per-core connection threads)
+//!    connection's thread, one per connection)
 //!    receives Parse with the text and hands it to [`Planner::parse`] (sqlparser, PostgreSQL
 //!    dialect). A syntax error becomes [`PlanError::Syntax`] with the
 //!    character position (SQLSTATE 42601).

@@ -91,10 +91,48 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(crate::StoreError::Engine(format!("store task failed: {e}"))))
 }
 
+thread_local! {
+    /// Whether this thread serves one client and nothing else (see
+    /// [`write_on_this_thread`]).
+    static WRITES_INLINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one that serves a single client and runs
+/// nothing else (the gateway's thread per connection): the store's writes
+/// called from it then run on it, waiting out the group commit there, as a
+/// PostgreSQL backend waits for its commit. Elsewhere a write goes to the
+/// blocking pool and back, two more thread wake-ups per statement; on a
+/// thread of a shared runtime, blocking would stall every task on it.
+///
+/// Deliberately only writes: their work is bounded by the batch limits and
+/// their wait is one fsync. A scan page may take up to its time budget, and
+/// it stays on the pool so that a cancel or statement_timeout is answered
+/// while it runs.
+pub fn write_on_this_thread() {
+    WRITES_INLINE.with(|w| w.set(true));
+}
+
+/// Runs a write: on this thread if [`write_on_this_thread`] marked it,
+/// otherwise on the blocking pool.
+pub(crate) async fn blocking_write<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    if WRITES_INLINE.with(std::cell::Cell::get) {
+        // One turn back to the runtime first: a statement whose write takes
+        // several calls (entity-group transactions) still sees a cancel or
+        // its statement_timeout between them, as it did from the pool.
+        tokio::task::yield_now().await;
+        f()
+    } else {
+        blocking(f).await
+    }
+}
+
 /// Implements [`TableStore`] for a store whose work is synchronous
 /// (`*_blocking` methods): scans, writes and DDL run on the blocking pool,
 /// point reads, statistics and pages bounded by their size inline (they are
-/// short, and a thread hand-off would cost more than the read).
+/// short, and a thread hand-off would cost more than the read), and writes
+/// too on a thread marked by [`write_on_this_thread`].
 macro_rules! table_store_over_blocking {
     ($ty:ty) => {
         #[async_trait::async_trait]
@@ -145,7 +183,7 @@ macro_rules! table_store_over_blocking {
                 ops: std::sync::Arc<[$crate::Operation]>,
             ) -> $crate::Result<Vec<$crate::OpOutcome>> {
                 let (s, t) = (self.clone(), table.to_owned());
-                $crate::api::blocking(move || s.execute_blocking(&t, &ops)).await
+                $crate::api::blocking_write(move || s.execute_blocking(&t, &ops)).await
             }
 
             async fn table_stats(&self, table: &str) -> $crate::Result<$crate::TableStats> {
@@ -176,3 +214,36 @@ macro_rules! table_store_over_blocking {
 pub(crate) use table_store_over_blocking;
 
 table_store_over_blocking!(LocalStore);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ran_on(marked: bool) -> (std::thread::ThreadId, std::thread::ThreadId) {
+        std::thread::spawn(move || {
+            if marked {
+                write_on_this_thread();
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime");
+            let ran = runtime
+                .block_on(blocking_write(|| Ok(std::thread::current().id())))
+                .expect("write");
+            (std::thread::current().id(), ran)
+        })
+        .join()
+        .expect("thread")
+    }
+
+    /// A write runs on the caller's thread only where the caller asked for
+    /// it (the gateway's connection threads); anywhere else it must not
+    /// block the runtime's thread.
+    #[test]
+    fn writes_run_inline_only_on_a_marked_thread() {
+        let (caller, ran) = ran_on(true);
+        assert_eq!(caller, ran, "a marked thread runs its writes");
+        let (caller, ran) = ran_on(false);
+        assert_ne!(caller, ran, "an unmarked thread hands them to the pool");
+    }
+}

@@ -48,7 +48,9 @@ pub mod ops;
 pub mod partition;
 pub mod query;
 
-pub use api::{PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore};
+pub use api::{
+    PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore, write_on_this_thread,
+};
 pub use backend::{Backend, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use codec::{EncodedEntity, RawProperty, ValueRef};
