@@ -106,3 +106,41 @@ fn bench_script_runs_every_workload_and_writes_report_and_chart() {
     let rects = doc.descendants().filter(|n| n.has_tag_name("rect")).count();
     assert_eq!(rects, 1 + 4 + 1 + 2 + 3, "{svg}");
 }
+
+/// `bench/cpu.py`, the per-transaction CPU comparison, on a tiny data set:
+/// one line per run and server, every number positive.
+#[test]
+fn cpu_script_reports_each_servers_cost_per_transaction() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/cpu.py");
+    let run = Command::new("python3")
+        .arg(&script)
+        .args(["--tablegate", env!("CARGO_BIN_EXE_tablegate")])
+        .args(["--workload", "range", "--partitions", "3", "--rows", "120"])
+        .args(["--duration", "1", "--pairs", "1", "--clients", "2"])
+        .output()
+        .expect("python3 is installed");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "bench/cpu.py failed ({}):\n{stdout}\n{stderr}",
+        run.status
+    );
+    for server in ["PostgreSQL", "tablegate"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(server))
+            .unwrap_or_else(|| panic!("no line for {server}:\n{stdout}"));
+        let numbers: Vec<f64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|c| c.trim_end_matches('%').replace(',', "").parse().ok())
+            .collect();
+        // tps, rows/s, server µs, pgbench µs, context switches, rescheduling
+        // interrupts (may be zero), busy %.
+        assert_eq!(numbers.len(), 7, "{line}");
+        for (i, v) in numbers.iter().enumerate() {
+            assert!(*v > 0.0 || i == 5, "{line}");
+        }
+    }
+}
