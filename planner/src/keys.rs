@@ -13,7 +13,9 @@
 //!    intersects, OR unites.
 //! 3. [`Access::from_where`] keeps the exact top-level conjuncts in the spans
 //!    only and turns the rest into the residual filter the store evaluates.
-//!    An empty key set is a contradiction: zero store requests.
+//!    An empty key set is a contradiction: zero store requests. The shape
+//!    of every bound prepared point lookup, `PartitionKey = 'a' AND RowKey =
+//!    'b'`, takes a shortcut to the same answer (`exact_point`).
 //! 4. [`AccessClass::of`] names the shape: point, row-range, partition-range,
 //!    full scan.
 
@@ -934,6 +936,37 @@ fn chrono_parse(s: &str) -> Option<tablegate_store::DateTime> {
     tablegate_catalog::types::parse_timestamp(s, true)
 }
 
+/// `PartitionKey = 'a' AND RowKey = 'b'` (either order), the shape of every
+/// prepared point lookup once its parameters are bound: the one point it
+/// names, exactly what the general path derives for it, without normal
+/// forms, key sets and residual analysis (~4% of a prepared point lookup's
+/// server CPU). Any other shape returns `None` and takes the general path.
+fn exact_point(p: &BExpr) -> Option<Access> {
+    let BExpr::And(v) = p else { return None };
+    let [a, b] = v.as_slice() else { return None };
+    fn eq(e: &BExpr) -> Option<(Role, &str)> {
+        match e {
+            BExpr::Cmp(col, CmpOp::Eq, lit) => Some((key_role(col)?, lit_str(lit)?)),
+            _ => None,
+        }
+    }
+    let (pk, rk) = match (eq(a)?, eq(b)?) {
+        ((Role::PartitionKey, pk), (Role::RowKey, rk))
+        | ((Role::RowKey, rk), (Role::PartitionKey, pk)) => (pk, rk),
+        _ => return None,
+    };
+    Some(Access {
+        spans: vec![KeyBox {
+            pk: KeyInterval::point(pk.to_owned()),
+            rk: KeyInterval::point(rk.to_owned()),
+        }],
+        residual: None,
+        filter: None,
+        residual_needs_engine: false,
+        class: AccessClass::Point,
+    })
+}
+
 /// A classified table access: what the store is asked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Access {
@@ -954,6 +987,15 @@ impl Access {
     /// `has_row_key` is false for tables keyed by one column, whose RowKey
     /// is always the empty string: there `PartitionKey = c` is a point.
     pub fn from_where(predicate: Option<&BExpr>, has_row_key: bool) -> Access {
+        if has_row_key && let Some(point) = predicate.and_then(exact_point) {
+            return point;
+        }
+        Access::derived(predicate, has_row_key)
+    }
+
+    /// [`Access::from_where`] without the point shortcut: normal form, key
+    /// sets, residual.
+    fn derived(predicate: Option<&BExpr>, has_row_key: bool) -> Access {
         let implicit_rk = |set: KeySet| {
             if has_row_key {
                 set
@@ -1117,4 +1159,74 @@ pub fn selectivity(e: &BExpr) -> f64 {
 /// True when `table` has the column as a key (for advice wording).
 pub fn is_key(table: &TableDef, column: &str) -> bool {
     table.partition_key == column || table.row_key.as_deref() == Some(column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tablegate_catalog::{ColumnRef, SqlType};
+
+    fn col(name: &str, role: Role) -> BExpr {
+        BExpr::Column(ColumnRef {
+            name: name.into(),
+            ty: SqlType::Text,
+            role,
+            nullable: false,
+        })
+    }
+
+    fn eq(a: BExpr, b: BExpr) -> BExpr {
+        BExpr::Cmp(Box::new(a), CmpOp::Eq, Box::new(b))
+    }
+
+    fn text(s: &str) -> BExpr {
+        BExpr::Lit(Value::String(s.into()))
+    }
+
+    /// The point shortcut answers exactly what the general path derives,
+    /// and leaves every other shape to it.
+    #[test]
+    fn the_point_shortcut_agrees_with_the_general_path() {
+        let pk = || col("pk", Role::PartitionKey);
+        let rk = || col("rk", Role::RowKey);
+        let n = || col("n", Role::Property);
+        let taken = [
+            BExpr::And(vec![eq(pk(), text("a")), eq(rk(), text("b"))]),
+            BExpr::And(vec![eq(rk(), text("")), eq(pk(), text("p q"))]),
+        ];
+        for p in &taken {
+            let fast = exact_point(p).expect("a point");
+            assert_eq!(fast, Access::derived(Some(p), true), "{p:?}");
+            assert_eq!(fast.class, AccessClass::Point);
+            assert_eq!(Access::from_where(Some(p), true), fast);
+        }
+        let left = [
+            BExpr::And(vec![eq(pk(), text("a")), eq(pk(), text("b"))]),
+            BExpr::And(vec![eq(rk(), text("a")), eq(rk(), text("a"))]),
+            BExpr::And(vec![eq(pk(), text("a")), eq(n(), text("b"))]),
+            BExpr::And(vec![eq(text("a"), pk()), eq(rk(), text("b"))]),
+            BExpr::And(vec![eq(pk(), text("a")), eq(rk(), BExpr::Null)]),
+            BExpr::And(vec![
+                eq(pk(), text("a")),
+                eq(rk(), text("b")),
+                eq(n(), text("c")),
+            ]),
+            BExpr::Or(vec![eq(pk(), text("a")), eq(rk(), text("b"))]),
+            eq(pk(), text("a")),
+        ];
+        for p in &left {
+            assert_eq!(exact_point(p), None, "{p:?}");
+            assert_eq!(
+                Access::from_where(Some(p), true),
+                Access::derived(Some(p), true)
+            );
+        }
+        // One-column keys: `pk = a AND rk = b` cannot occur, and the
+        // shortcut is not asked.
+        let p = &taken[0];
+        assert_eq!(
+            Access::from_where(Some(p), false),
+            Access::derived(Some(p), false)
+        );
+    }
 }

@@ -30,35 +30,52 @@ fn rows_by_workload(md: &str) -> Vec<(String, Vec<f64>)> {
         .collect()
 }
 
-#[test]
-fn bench_script_runs_every_workload_and_writes_report_and_chart() {
-    let out = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/run.py");
+/// Runs `bench/<script>` with the test's tablegate binary and `args`;
+/// returns its standard output, after checking that it succeeded.
+fn run_script(script: &str, args: &[&str]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("bench")
+        .join(script);
     let run = Command::new("python3")
-        .arg(&script)
+        .arg(&path)
         .args(["--tablegate", env!("CARGO_BIN_EXE_tablegate")])
-        .args(["--partitions", "4", "--rows", "50", "--duration", "1"])
-        .args([
-            "--runs",
-            "1",
-            "--rounds",
-            "2",
-            "--clients",
-            "1,2",
-            "--group-clients",
-            "2",
-        ])
-        .args(["--warmup", "0", "--out"])
-        .arg(out.path())
+        .args(args)
         .output()
         .expect("python3 is installed");
-    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
         run.status.success(),
-        "bench/run.py failed ({}):\n{stdout}\n{stderr}",
+        "bench/{script} failed ({}):\n{stdout}\n{stderr}",
         run.status
     );
+    stdout
+}
+
+#[test]
+fn bench_script_runs_every_workload_and_writes_report_and_chart() {
+    let out = tempfile::tempdir().unwrap();
+    let args = [
+        "--partitions",
+        "4",
+        "--rows",
+        "50",
+        "--duration",
+        "1",
+        "--runs",
+        "1",
+        "--rounds",
+        "2",
+        "--clients",
+        "1,2",
+        "--group-clients",
+        "2",
+        "--warmup",
+        "0",
+        "--out",
+        out.path().to_str().expect("a UTF-8 temporary path"),
+    ];
+    run_script("run.py", &args);
 
     let mut files: Vec<String> = std::fs::read_dir(out.path())
         .unwrap()
@@ -111,21 +128,21 @@ fn bench_script_runs_every_workload_and_writes_report_and_chart() {
 /// one line per run and server, every number positive.
 #[test]
 fn cpu_script_reports_each_servers_cost_per_transaction() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/cpu.py");
-    let run = Command::new("python3")
-        .arg(&script)
-        .args(["--tablegate", env!("CARGO_BIN_EXE_tablegate")])
-        .args(["--workload", "range", "--partitions", "3", "--rows", "120"])
-        .args(["--duration", "1", "--pairs", "1", "--clients", "2"])
-        .output()
-        .expect("python3 is installed");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        run.status.success(),
-        "bench/cpu.py failed ({}):\n{stdout}\n{stderr}",
-        run.status
-    );
+    let args = [
+        "--workload",
+        "range",
+        "--partitions",
+        "3",
+        "--rows",
+        "120",
+        "--duration",
+        "1",
+        "--pairs",
+        "1",
+        "--clients",
+        "2",
+    ];
+    let stdout = run_script("cpu.py", &args);
     for server in ["PostgreSQL", "tablegate"] {
         let line = stdout
             .lines()
