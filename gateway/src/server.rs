@@ -102,7 +102,7 @@ impl Server {
         // Analytics run on the runtime `run` is called from (multi-threaded
         // in the binary), so DataFusion's partitions use every core.
         let analytics = tokio::runtime::Handle::current();
-        let threads = ConnectionThreads::start()?;
+        let threads = ConnectionThreads::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -283,10 +283,10 @@ struct ConnectionThreads {
 }
 
 impl ConnectionThreads {
-    fn start() -> std::io::Result<ConnectionThreads> {
-        Ok(ConnectionThreads {
+    fn new() -> ConnectionThreads {
+        ConnectionThreads {
             stop: tokio::sync::watch::channel(false).0,
-        })
+        }
     }
 
     fn run(&self, job: Job) {
