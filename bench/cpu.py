@@ -11,7 +11,9 @@ two servers and reports, per transaction:
   its clients work harder loses throughput there);
 - context switches and rescheduling interrupts of the whole machine
   (/proc/stat, /proc/interrupts): a wake-up of a thread asleep on another
-  core is an inter-processor interrupt, which on a VM costs microseconds.
+  core is an inter-processor interrupt, which on a VM costs microseconds;
+- TCP segments (/proc/net/snmp, both ends: on loopback a query and its
+  answer are 2): a server that splits an answer wakes its client twice.
 
     bench/cpu.py --tablegate target/release/tablegate --workload point
 
@@ -78,6 +80,12 @@ def machine() -> dict[str, float]:
             parts = line.split()
             if parts and parts[0] == "RES:":
                 out["res"] = sum(int(x) for x in parts[1:] if x.isdigit())
+    # TCP segments sent, both ends counted (loopback): a server that splits
+    # its answers wakes its clients more often.
+    with open("/proc/net/snmp") as f:
+        tcp = [line.split() for line in f if line.startswith("Tcp:")]
+    if len(tcp) == 2:
+        out["segs"] = int(dict(zip(tcp[0], tcp[1]))["OutSegs"])
     return out
 
 
@@ -121,7 +129,7 @@ def main(argv: list[str]) -> int:
         rows = 100 if args.workload in ("egt", "multi") else 1
         print(f"{args.workload}, -M {args.mode}, {args.clients} clients, {args.duration} s runs; per transaction:")
         print(f"{'server':<11}{'tps':>10}{'rows/s':>11}{'server µs':>11}{'pgbench µs':>12}"
-              f"{'ctx sw':>8}{'resched':>9}{'busy':>7}")
+              f"{'ctx sw':>8}{'resched':>9}{'segs':>7}{'busy':>7}")
         base = 10  # new PartitionKeys for every write run
         for pair in range(args.pairs):
             order = [pg, tg] if pair % 2 == 0 else [tg, pg]
@@ -145,6 +153,7 @@ def main(argv: list[str]) -> int:
                 print(f"{s.name:<11}{n / args.duration:>10,.0f}{n * rows / args.duration:>11,.0f}"
                       f"{(c1 - c0) / n * 1e6:>11.1f}{client / n * 1e6:>12.1f}"
                       f"{(m1['ctxt'] - m0['ctxt']) / n:>8.1f}{(m1.get('res', 0) - m0.get('res', 0)) / n:>9.2f}"
+                      f"{(m1.get('segs', 0) - m0.get('segs', 0)) / n:>7.1f}"
                       f"{(m1['busy'] - m0['busy']) / max(m1['all'] - m0['all'], 1e-9):>7.0%}", flush=True)
         return 0
     except B.BenchError as e:

@@ -154,8 +154,8 @@ fn cpu_script_reports_each_servers_cost_per_transaction() {
             .filter_map(|c| c.trim_end_matches('%').replace(',', "").parse().ok())
             .collect();
         // tps, rows/s, server µs, pgbench µs, context switches, rescheduling
-        // interrupts (may be zero), busy %.
-        assert_eq!(numbers.len(), 7, "{line}");
+        // interrupts (may be zero), TCP segments, busy %.
+        assert_eq!(numbers.len(), 8, "{line}");
         for (i, v) in numbers.iter().enumerate() {
             assert!(*v > 0.0 || i == 5, "{line}");
         }
