@@ -171,12 +171,18 @@ async fn serve_connection(
     use pgwire::messages::PgWireFrontendMessage;
     use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
 
-    let startup_deadline = tokio::time::sleep(STARTUP_TIMEOUT);
-    tokio::pin!(startup_deadline);
+    // The deadline lives through startup only. A timer left in the
+    // connection's runtime makes every wait for the next message a timed
+    // one (an hrtimer armed and cancelled in the kernel, the timer wheel
+    // turned, per statement) for the connection's first minute; without
+    // one the thread waits as a PostgreSQL backend does, for as long as it
+    // takes.
+    let mut deadline = Box::pin(tokio::time::sleep(STARTUP_TIMEOUT));
     let socket = tokio::select! {
-        _ = &mut startup_deadline => return Ok(()),
+        _ = &mut deadline => return Ok(()),
         s = negotiate_tls(socket, tls) => s?,
     };
+    let mut startup_deadline = Some(deadline);
     // `None`: a direct TLS handshake without TLS configured.
     let Some(mut socket) = socket else {
         return Ok(());
@@ -195,13 +201,15 @@ async fn serve_connection(
             PgWireConnectionState::AwaitingStartup
                 | PgWireConnectionState::AuthenticationInProgress
         );
-        let msg = if starting {
-            tokio::select! {
-                _ = &mut startup_deadline => None,
+        let msg = match startup_deadline.as_mut() {
+            Some(deadline) if starting => tokio::select! {
+                _ = deadline => None,
                 m = socket.next() => m,
+            },
+            _ => {
+                startup_deadline = None;
+                socket.next().await
             }
-        } else {
-            socket.next().await
         };
         // End of stream, a frame that does not decode, or Terminate: the
         // client is gone or leaving; dropping the socket closes it (asyncpg
