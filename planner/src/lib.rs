@@ -380,8 +380,7 @@ impl Planner {
         params: &[Option<Value>],
         opts: &ExecOptions,
     ) -> Result<RowStream> {
-        let bound = select.bind(params)?;
-        exec::execute(&self.store, &bound, opts)
+        exec::execute(&self.store, select.bind(params)?, opts)
     }
 
     /// EXPLAIN [ANALYZE]: the plan as text lines or one JSON document.
@@ -405,7 +404,7 @@ impl Planner {
                 })??
         };
         let actual = if analyze {
-            let (_, actuals) = exec::execute(&self.store, &bound, opts)?.collect().await?;
+            let (_, actuals) = exec::execute(&self.store, bound.clone(), opts)?.collect().await?;
             Some(actuals)
         } else {
             None

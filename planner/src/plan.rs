@@ -48,7 +48,17 @@ pub struct SelectPlan {
     pub param_types: Vec<SqlType>,
     /// Native or engine.
     pub route: Route,
+    /// The Arrow schema of the result, made on first use and kept with
+    /// the plan: a prepared statement executed again does not rebuild it
+    /// (a point lookup rebuilt its fields and names every time).
+    pub schema: ResultSchema,
 }
+
+/// A plan's result schema, made once ([`SelectPlan::result_schema`]).
+/// Plans are built with `ResultSchema::default()`; a copy of a plan whose
+/// columns change must start from a new one.
+#[derive(Debug, Clone, Default)]
+pub struct ResultSchema(std::sync::OnceLock<arrow_schema::SchemaRef>);
 
 /// A SELECT with parameter values: what actually runs.
 #[derive(Debug, Clone)]
@@ -64,6 +74,26 @@ pub struct BoundSelect {
 }
 
 impl SelectPlan {
+    /// The Arrow schema of the result: the columns' types, named as in the
+    /// result (aliases included).
+    pub fn result_schema(&self) -> arrow_schema::SchemaRef {
+        self.schema
+            .0
+            .get_or_init(|| {
+                let cols: Vec<_> = self.columns.iter().map(|c| c.column.clone()).collect();
+                let schema = TableDef::arrow_schema(&cols);
+                Arc::new(arrow_schema::Schema::new(
+                    schema
+                        .fields()
+                        .iter()
+                        .zip(&self.columns)
+                        .map(|(f, c)| f.as_ref().clone().with_name(&c.name))
+                        .collect::<Vec<_>>(),
+                ))
+            })
+            .clone()
+    }
+
     /// Binds parameter values: substitutes them and classifies the access.
     pub fn bind(self: &Arc<Self>, params: &[Option<Value>]) -> Result<BoundSelect> {
         let predicate = self
@@ -384,6 +414,7 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Select
         offset,
         param_types,
         route,
+        schema: ResultSchema::default(),
     })
 }
 

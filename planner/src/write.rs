@@ -680,6 +680,7 @@ fn scan_plan(
         offset: Count::All,
         param_types: Vec::new(),
         route: Route::Native,
+        schema: Default::default(),
     })
 }
 
@@ -1100,5 +1101,6 @@ pub fn plan_copy_out(
         offset: Count::All,
         param_types: Vec::new(),
         route: Route::Native,
+        schema: Default::default(),
     })
 }

@@ -110,6 +110,15 @@ impl Backend {
         }
     }
 
+    /// The partition server serving `pk` of `table`; a remote table is
+    /// one range on server 0, as [`Self::layout`] says.
+    pub fn server_of(&self, table: &str, pk: &str) -> Option<usize> {
+        match self {
+            Backend::Embedded(p) => p.server_of(table, pk),
+            Backend::Remote(_) => Some(0),
+        }
+    }
+
     /// What scanning `query` would read; `None` when the backend cannot
     /// know (a remote service keeps no statistics we can read).
     pub fn estimate_blocking(&self, table: &str, query: &Query) -> Result<Option<ScanEstimate>> {

@@ -308,6 +308,7 @@ impl TableProvider for StoreTable {
             offset: Count::All,
             param_types: Vec::new(),
             route: Route::Native,
+            schema: Default::default(),
         });
         let bound = plan
             .bind(&[])
@@ -545,7 +546,7 @@ impl ExecutionPlan for StoreScanExec {
             .parts
             .get(partition)
             .ok_or_else(|| DataFusionError::Internal(format!("no partition {partition}")))?;
-        let rows = tablegate_planner::exec::execute(self.planner.store(), part, &self.opts)
+        let rows = tablegate_planner::exec::execute(self.planner.store(), part.clone(), &self.opts)
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let actuals = self.actuals.clone();
         let stream = futures::stream::unfold(Some(rows), move |rows| {

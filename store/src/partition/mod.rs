@@ -441,6 +441,15 @@ impl PartitionedStore {
             .collect())
     }
 
+    /// The partition server serving `pk` of `table` (`None` for a table
+    /// that does not exist): what EXPLAIN ANALYZE reports for a point
+    /// lookup. Reads the map in place; [`Self::layout`] copies all of it.
+    pub fn server_of(&self, table: &str, pk: &str) -> Option<usize> {
+        self.shared
+            .with_map(table, |m| m.ranges[m.locate(pk)].server)
+            .ok()
+    }
+
     /// Estimates what scanning `query` would read (statistics and bounded
     /// probes; not throttled).
     pub fn estimate_blocking(&self, table: &str, query: &Query) -> Result<crate::ScanEstimate> {
@@ -667,6 +676,19 @@ impl Shared {
     fn initial_server(&self, name: &str) -> usize {
         let h = xxhash_rust::xxh3::xxh3_64(name.to_ascii_lowercase().as_bytes());
         (h % self.config.servers as u64) as usize
+    }
+
+    /// `f` of a user table's partition map, read in place under the maps'
+    /// read lock (per-query paths: [`Self::map_of`] copies the map).
+    fn with_map<R>(&self, table: &str, f: impl FnOnce(&TableMap) -> R) -> Result<R> {
+        let lower = lowercase(table);
+        let maps = self.maps.read();
+        match maps.get(&*lower) {
+            Some(map) if !is_system(&lower) => Ok(f(map)),
+            _ => Err(StoreError::TableNotFound {
+                name: table.to_owned(),
+            }),
+        }
     }
 
     /// A user table's lower-case name and a copy of its partition map.

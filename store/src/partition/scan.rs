@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio::sync::{Semaphore, mpsc};
 
 use super::PartitionedStore;
+use super::map::TableMap;
 use super::retry::{RetryPolicy, RetryStats, with_retry};
 use crate::api::TableStore;
 use crate::driven::Driven;
@@ -132,41 +133,7 @@ impl PartitionedStore {
     /// Cuts `query` on `table` into per-server segments, in key order;
     /// segments the query's spans do not touch are left out.
     pub fn segments(&self, table: &str, query: &Query) -> Result<Vec<Segment>> {
-        let (_, map) = self.shared.map_of(table)?;
-        let mut out: Vec<Segment> = Vec::new();
-        let mut i = 0;
-        while i < map.ranges.len() {
-            let server = map.ranges[i].server;
-            let mut j = i + 1;
-            while j < map.ranges.len() && map.ranges[j].server == server {
-                j += 1;
-            }
-            let lo = map.ranges[i].lo.clone();
-            let hi = map.ranges.get(j).map(|r| r.lo.clone());
-            let spans: Vec<KeyBox> = query
-                .spans
-                .iter()
-                .map(|b| KeyBox {
-                    pk: b.pk.clip(&lo, hi.as_deref()),
-                    rk: b.rk.clone(),
-                })
-                .filter(|b| !b.pk.is_empty() && !b.rk.is_empty())
-                .collect();
-            if !spans.is_empty() {
-                out.push(Segment {
-                    server,
-                    lo,
-                    hi,
-                    query: Query {
-                        spans,
-                        filter: query.filter.clone(),
-                        projection: query.projection.clone(),
-                    },
-                });
-            }
-            i = j;
-        }
-        Ok(out)
+        self.shared.with_map(table, |map| cut(map, query))
     }
 
     /// Cuts `spans` into at most `pieces` runs of consecutive
@@ -395,4 +362,43 @@ async fn scan_segment(
             None => return,
         }
     }
+}
+
+/// The per-server segments of `query` over a partition map
+/// ([`PartitionedStore::segments`]).
+fn cut(map: &TableMap, query: &Query) -> Vec<Segment> {
+    let mut out: Vec<Segment> = Vec::new();
+    let mut i = 0;
+    while i < map.ranges.len() {
+        let server = map.ranges[i].server;
+        let mut j = i + 1;
+        while j < map.ranges.len() && map.ranges[j].server == server {
+            j += 1;
+        }
+        let lo = map.ranges[i].lo.as_str();
+        let hi = map.ranges.get(j).map(|r| r.lo.as_str());
+        let spans: Vec<KeyBox> = query
+            .spans
+            .iter()
+            .map(|b| KeyBox {
+                pk: b.pk.clip(lo, hi),
+                rk: b.rk.clone(),
+            })
+            .filter(|b| !b.pk.is_empty() && !b.rk.is_empty())
+            .collect();
+        if !spans.is_empty() {
+            out.push(Segment {
+                server,
+                lo: lo.to_owned(),
+                hi: hi.map(str::to_owned),
+                query: Query {
+                    spans,
+                    filter: query.filter.clone(),
+                    projection: query.projection.clone(),
+                },
+            });
+        }
+        i = j;
+    }
+    out
 }
