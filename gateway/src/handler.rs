@@ -58,7 +58,7 @@ use crate::telemetry::{StatementClass, StatementGuard};
 #[derive(Debug, Clone)]
 pub enum Prepared {
     /// A SELECT.
-    Select(Arc<SelectPlan>),
+    Select(NativeSelect),
     /// EXPLAIN [ANALYZE] [FORMAT JSON].
     Explain {
         /// Run it too.
@@ -172,11 +172,38 @@ pub enum Prepared {
     },
 }
 
+/// A native SELECT with its RowDescription in text format, made when it
+/// is prepared: a prepared statement's Describe and Execute each built the
+/// fields again (a name and format options per column) every time.
+#[derive(Debug, Clone)]
+pub struct NativeSelect {
+    /// The plan.
+    pub plan: Arc<SelectPlan>,
+    text_fields: Arc<Vec<FieldInfo>>,
+}
+
+impl NativeSelect {
+    fn new(plan: Arc<SelectPlan>) -> Self {
+        let text_fields = Arc::new(fields(&plan.columns, None));
+        NativeSelect { plan, text_fields }
+    }
+
+    /// The result's fields in `format` (the ones made at prepare time
+    /// when every column is text).
+    fn fields(&self, format: Option<&Format>) -> Arc<Vec<FieldInfo>> {
+        match format {
+            None | Some(Format::UnifiedText) => self.text_fields.clone(),
+            Some(f) => Arc::new(fields(&self.plan.columns, Some(f))),
+        }
+    }
+}
+
 impl Prepared {
     /// The types of the statement's `$n` parameters.
     fn param_types(&self) -> &[SqlType] {
         match self {
-            Prepared::Select(s) | Prepared::Explain { select: s, .. } => &s.param_types,
+            Prepared::Select(s) => &s.plan.param_types,
+            Prepared::Explain { select: s, .. } => &s.param_types,
             Prepared::Write(w) => &w.param_types,
             Prepared::Engine { plan, .. } => &plan.param_types,
             Prepared::Declare { query, .. } => query.param_types(),
@@ -651,7 +678,7 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
         } {
             Plan::Select(s) => match &s.route {
                 Route::Engine(reason) => engine_sql(other, sql, reason, None),
-                Route::Native => Prepared::Select(s),
+                Route::Native => Prepared::Select(NativeSelect::new(s)),
             },
             Plan::Explain {
                 analyze,
@@ -1050,9 +1077,9 @@ impl ConnHandler {
             Prepared::Select(select) => {
                 let rows = self
                     .planner
-                    .execute(select, params, &opts)
+                    .execute(&select.plan, params, &opts)
                     .map_err(plan_err)?;
-                let f = Arc::new(fields(&select.columns, format));
+                let f = select.fields(format);
                 Response::Query(QueryResponse::new(
                     f.clone(),
                     encode::row_stream(rows, f, stop, guard.take()),
@@ -1343,7 +1370,7 @@ impl ConnHandler {
                     Prepared::Select(select) => Prepared::Explain {
                         analyze: *analyze,
                         json: *json,
-                        select,
+                        select: select.plan,
                         write: None,
                     },
                     Prepared::Engine {
@@ -1960,7 +1987,7 @@ impl QueryParser for StatementParser {
         format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
         Ok(match stmt {
-            Prepared::Select(s) => fields(&s.columns, format),
+            Prepared::Select(s) => s.fields(format).as_ref().clone(),
             Prepared::Write(w) => fields(&w.returning, format),
             Prepared::Engine {
                 plan,
@@ -2275,7 +2302,7 @@ impl ExtendedQueryHandler for ConnHandler {
             _ => true,
         };
         let result_columns = match p {
-            Prepared::Select(s) => Some(s.columns.len()),
+            Prepared::Select(s) => Some(s.plan.columns.len()),
             Prepared::Write(w) => Some(w.returning.len()),
             Prepared::Engine {
                 plan,
