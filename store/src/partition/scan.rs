@@ -195,14 +195,7 @@ impl PartitionedStore {
         for i in 0..=cuts.len() {
             let lo = if i == 0 { "" } else { cuts[i - 1] };
             let hi = cuts.get(i).copied();
-            let piece: Vec<KeyBox> = spans
-                .iter()
-                .map(|b| KeyBox {
-                    pk: b.pk.clip(lo, hi),
-                    rk: b.rk.clone(),
-                })
-                .filter(|b| !b.pk.is_empty() && !b.rk.is_empty())
-                .collect();
+            let piece = clip(spans, lo, hi);
             if !piece.is_empty() {
                 out.push(piece);
             }
@@ -377,15 +370,7 @@ fn cut(map: &TableMap, query: &Query) -> Vec<Segment> {
         }
         let lo = map.ranges[i].lo.as_str();
         let hi = map.ranges.get(j).map(|r| r.lo.as_str());
-        let spans: Vec<KeyBox> = query
-            .spans
-            .iter()
-            .map(|b| KeyBox {
-                pk: b.pk.clip(lo, hi),
-                rk: b.rk.clone(),
-            })
-            .filter(|b| !b.pk.is_empty() && !b.rk.is_empty())
-            .collect();
+        let spans = clip(&query.spans, lo, hi);
         if !spans.is_empty() {
             out.push(Segment {
                 server,
@@ -401,4 +386,17 @@ fn cut(map: &TableMap, query: &Query) -> Vec<Segment> {
         i = j;
     }
     out
+}
+
+/// The parts of `spans` whose PartitionKeys lie in `[lo, hi)` (`hi` `None`:
+/// no upper bound); spans left empty are dropped.
+fn clip(spans: &[KeyBox], lo: &str, hi: Option<&str>) -> Vec<KeyBox> {
+    spans
+        .iter()
+        .map(|b| KeyBox {
+            pk: b.pk.clip(lo, hi),
+            rk: b.rk.clone(),
+        })
+        .filter(|b| !b.pk.is_empty() && !b.rk.is_empty())
+        .collect()
 }

@@ -167,6 +167,32 @@ fn spread_store(clock: Arc<ManualClock>) -> (PartitionedStore, Vec<(String, Stri
     (s, expected)
 }
 
+/// The server a point lookup reports (read in place) is the one the range
+/// layout names for its key, on both sides of every boundary; an unknown
+/// table has none.
+#[test]
+fn server_of_agrees_with_the_layout() {
+    let (s, _) = spread_store(manual());
+    let layout = s.layout("wide").unwrap();
+    assert_eq!(layout.len(), 8);
+    let servers: std::collections::BTreeSet<_> = layout.iter().map(|r| r.2).collect();
+    assert_eq!(servers.len(), 4, "the ranges are spread: {layout:?}");
+    let expected = |pk: &str| {
+        layout
+            .iter()
+            .find(|(lo, hi, _)| lo.as_str() <= pk && hi.as_deref().is_none_or(|h| pk < h))
+            .map(|r| r.2)
+    };
+    let keys = (0..40)
+        .flat_map(|i| [format!("p{i:03}"), format!("p{i:03}~")])
+        .chain(["".to_owned(), "a".to_owned(), "z".to_owned()]);
+    for pk in keys {
+        assert_eq!(s.server_of("wide", &pk), expected(&pk), "{pk:?} in {layout:?}");
+        assert_eq!(s.server_of("WIDE", &pk), expected(&pk), "names fold case");
+    }
+    assert_eq!(s.server_of("nosuch", "p000"), None);
+}
+
 #[test]
 fn a_full_scan_over_many_ranges_returns_every_entity_once_in_order() {
     let (s, expected) = spread_store(manual());
