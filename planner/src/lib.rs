@@ -404,7 +404,9 @@ impl Planner {
                 })??
         };
         let actual = if analyze {
-            let (_, actuals) = exec::execute(&self.store, bound.clone(), opts)?.collect().await?;
+            let (_, actuals) = exec::execute(&self.store, bound.clone(), opts)?
+                .collect()
+                .await?;
             Some(actuals)
         } else {
             None

@@ -187,7 +187,11 @@ fn server_of_agrees_with_the_layout() {
         .flat_map(|i| [format!("p{i:03}"), format!("p{i:03}~")])
         .chain(["".to_owned(), "a".to_owned(), "z".to_owned()]);
     for pk in keys {
-        assert_eq!(s.server_of("wide", &pk), expected(&pk), "{pk:?} in {layout:?}");
+        assert_eq!(
+            s.server_of("wide", &pk),
+            expected(&pk),
+            "{pk:?} in {layout:?}"
+        );
         assert_eq!(s.server_of("WIDE", &pk), expected(&pk), "names fold case");
     }
     assert_eq!(s.server_of("nosuch", "p000"), None);
