@@ -316,7 +316,7 @@ impl TableProvider for StoreTable {
         let opts = self.opts.lock().clone();
         let target = state.config().target_partitions();
         let parts = partitions(self.planner.store(), &bound, target);
-        let schema = TableDef::arrow_schema(&cols);
+        let schema = plan.result_schema();
         Ok(Arc::new(StoreScanExec::new(
             self.planner.clone(),
             bound,
