@@ -3,6 +3,8 @@
 //! - [`server`] — the listener: a thread (with a single-threaded runtime)
 //!   per connection (pgwire's message loop with a 64 KiB write buffer), a
 //!   connection limit answered with SQLSTATE 53300, graceful shutdown.
+//! - `conn_io` — a connection's transport: tokio's reactor through startup
+//!   (and for TLS), blocking reads and writes on its thread after that.
 //! - [`handler`] — per-connection handlers for the simple and extended query
 //!   protocols, sharing one `prepare` → `run` path; results stream.
 //! - [`session`] — SET / SHOW settings, per connection.
@@ -22,6 +24,7 @@
 pub mod analytics;
 pub mod auth;
 pub mod cancel;
+mod conn_io;
 pub mod copy;
 pub mod encode;
 pub mod handler;

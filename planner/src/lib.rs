@@ -7,7 +7,8 @@
 //! Execute:
 //!
 //! 1. **Wire message → SQL text.** The gateway (pgwire, in the
-//!    connection's thread, one per connection)
+//!    connection's thread, one per connection, which waits for the message
+//!    in a blocking read of its socket: `gateway/src/conn_io.rs`)
 //!    receives Parse with the text and hands it to [`Planner::parse`] (sqlparser, PostgreSQL
 //!    dialect). A syntax error becomes [`PlanError::Syntax`] with the
 //!    character position (SQLSTATE 42601).

@@ -1,0 +1,291 @@
+//! How a connection's bytes move: through tokio's reactor while the client
+//! starts up (TLS, password, the startup deadline), then, for a plain TCP
+//! connection, with blocking system calls on the connection's own thread.
+//!
+//! Why blocking: a connection thread serves one client and has nothing else
+//! to wait for while the client thinks. Through the reactor, every request
+//! costs an `epoll_wait` (and the runtime's turn around it) before its
+//! `recvfrom`; a blocking `recvfrom` sleeps in the socket's own wait queue
+//! and returns with the request, as a PostgreSQL backend's read does. The
+//! response leaves with one blocking `sendto`.
+//!
+//! Deliberately limited: TLS connections stay on the reactor (rustls reads
+//! and writes through tokio's types). A thread blocked in a read does not
+//! see the server's stop signal, so [`Sockets`] keeps a handle to each
+//! blocking socket and the server shuts them down when it stops, which ends
+//! the read.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use pgwire::tokio::server::MaybeTls;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Bytes one blocking read asks for at most (a read returns what has
+/// arrived). Reads land in a buffer of this size that the connection keeps,
+/// then are copied into the codec's: safe Rust cannot read into the
+/// codec's uninitialised spare capacity, and zeroing it for every read
+/// would cost more than copying a request.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// A connection's transport.
+pub(crate) enum ConnIo {
+    /// Through tokio's reactor: startup, and TLS for the whole connection.
+    Reactor(MaybeTls),
+    /// A plain TCP socket in blocking mode, after startup.
+    Blocking(BlockingTcp),
+    /// Only while switching from one to the other.
+    Switching,
+}
+
+impl std::fmt::Debug for ConnIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConnIo::Reactor(_) => "ConnIo::Reactor",
+            ConnIo::Blocking(_) => "ConnIo::Blocking",
+            ConnIo::Switching => "ConnIo::Switching",
+        })
+    }
+}
+
+impl ConnIo {
+    /// Moves a plain TCP connection off the reactor into blocking mode and
+    /// registers it with `sockets` (so a server stop can end its reads).
+    /// TLS connections stay as they are.
+    pub(crate) fn make_blocking(&mut self, sockets: &Sockets) -> io::Result<()> {
+        match std::mem::replace(self, ConnIo::Switching) {
+            ConnIo::Reactor(MaybeTls::Plain(tcp)) => {
+                let sock = tcp.into_std()?;
+                sock.set_nonblocking(false)?;
+                let registration = sockets.register(&sock)?;
+                *self = ConnIo::Blocking(BlockingTcp {
+                    sock,
+                    chunk: vec![0; READ_CHUNK].into_boxed_slice(),
+                    _registration: registration,
+                });
+                Ok(())
+            }
+            other => {
+                *self = other;
+                Ok(())
+            }
+        }
+    }
+
+    fn switching() -> io::Error {
+        io::Error::other("connection transport used while switching")
+    }
+}
+
+/// A blocking TCP socket served from inside a poll: every poll is ready.
+pub(crate) struct BlockingTcp {
+    sock: TcpStream,
+    chunk: Box<[u8]>,
+    _registration: Registration,
+}
+
+impl BlockingTcp {
+    fn read(&mut self, buf: &mut ReadBuf<'_>) -> io::Result<()> {
+        let want = buf.remaining().min(READ_CHUNK);
+        loop {
+            match self.sock.read(&mut self.chunk[..want]) {
+                Ok(n) => {
+                    buf.put_slice(&self.chunk[..n]);
+                    return Ok(());
+                }
+                // A signal (the server's SIGTERM handler) interrupted the
+                // wait: wait again.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        loop {
+            match self.sock.write(data) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        }
+    }
+}
+
+impl AsyncRead for ConnIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Reactor(io) => Pin::new(io).poll_read(cx, buf),
+            ConnIo::Blocking(b) => Poll::Ready(b.read(buf)),
+            ConnIo::Switching => Poll::Ready(Err(ConnIo::switching())),
+        }
+    }
+}
+
+impl AsyncWrite for ConnIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ConnIo::Reactor(io) => Pin::new(io).poll_write(cx, data),
+            ConnIo::Blocking(b) => Poll::Ready(b.write(data)),
+            ConnIo::Switching => Poll::Ready(Err(ConnIo::switching())),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Reactor(io) => Pin::new(io).poll_flush(cx),
+            // Writes go straight to the socket (TCP_NODELAY).
+            ConnIo::Blocking(_) => Poll::Ready(Ok(())),
+            ConnIo::Switching => Poll::Ready(Err(ConnIo::switching())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ConnIo::Reactor(io) => Pin::new(io).poll_shutdown(cx),
+            ConnIo::Blocking(b) => Poll::Ready(match b.sock.shutdown(Shutdown::Write) {
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
+                r => r,
+            }),
+            ConnIo::Switching => Poll::Ready(Err(ConnIo::switching())),
+        }
+    }
+}
+
+/// The server's handles to its blocking sockets, so that stopping the
+/// server ends connections whose threads are blocked in a read.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sockets {
+    inner: Arc<SocketsInner>,
+}
+
+#[derive(Debug, Default)]
+struct SocketsInner {
+    next: AtomicU64,
+    open: Mutex<HashMap<u64, TcpStream>>,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Sockets {
+    fn register(&self, sock: &TcpStream) -> io::Result<Registration> {
+        let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let handle = sock.try_clone()?;
+        let mut open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
+        // Checked under the lock: a stop either sees this socket or has
+        // already been flagged here.
+        if self.inner.stopped.load(Ordering::SeqCst) {
+            let _ = handle.shutdown(Shutdown::Both);
+        }
+        open.insert(id, handle);
+        Ok(Registration {
+            id,
+            sockets: self.inner.clone(),
+        })
+    }
+
+    /// Shuts down every registered socket: a blocked read returns end of
+    /// stream, and its connection ends.
+    pub(crate) fn stop_all(&self) {
+        let open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
+        self.inner.stopped.store(true, Ordering::SeqCst);
+        for sock in open.values() {
+            let _ = sock.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// A socket's entry in [`Sockets`], removed when the connection ends.
+struct Registration {
+    id: u64,
+    sockets: Arc<SocketsInner>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut open = self.sockets.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A connected pair: the server side as a reactor socket, the client
+    /// side as a plain std socket.
+    async fn pair() -> (ConnIo, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (ConnIo::Reactor(MaybeTls::Plain(server)), client)
+    }
+
+    #[tokio::test]
+    async fn a_blocking_socket_reads_and_writes_what_the_reactor_would() {
+        let sockets = Sockets::default();
+        let (mut io, mut client) = pair().await;
+        io.make_blocking(&sockets).unwrap();
+        assert!(matches!(io, ConnIo::Blocking(_)));
+        client.write_all(b"hello").unwrap();
+        let mut buf = [0u8; 16];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"hello");
+        io.write_all(b"world").await.unwrap();
+        io.flush().await.unwrap();
+        let mut got = [0u8; 5];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"world");
+        // The client leaves: end of stream, not an error.
+        drop(client);
+        assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn stopping_ends_a_read_blocked_on_an_idle_client() {
+        let sockets = Sockets::default();
+        let (mut io, _client) = pair().await;
+        io.make_blocking(&sockets).unwrap();
+        assert_eq!(sockets.inner.open.lock().unwrap().len(), 1);
+        let reader = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let mut buf = [0u8; 16];
+            let n = rt.block_on(io.read(&mut buf));
+            drop(io);
+            n
+        });
+        // The reader is (or soon will be) blocked in recvfrom: the idle
+        // client sends nothing.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        sockets.stop_all();
+        assert_eq!(reader.join().unwrap().unwrap(), 0, "end of stream");
+        assert!(
+            sockets.inner.open.lock().unwrap().is_empty(),
+            "an ended connection leaves the registry"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_socket_registered_after_the_stop_is_shut_down_at_once() {
+        let sockets = Sockets::default();
+        sockets.stop_all();
+        let (mut io, _client) = pair().await;
+        io.make_blocking(&sockets).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+    }
+}
