@@ -52,6 +52,16 @@ pub struct Session {
     /// What RESET returns to: the built-in defaults with the server's
     /// configured ones over them.
     defaults: BTreeMap<String, String>,
+    /// What every statement reads from the settings, parsed when they
+    /// change rather than looked up and parsed per statement.
+    derived: Derived,
+}
+
+/// The settings a statement runs by, parsed.
+#[derive(Debug, Clone)]
+struct Derived {
+    exec: ExecOptions,
+    timeout: Option<Duration>,
 }
 
 impl Default for Session {
@@ -60,9 +70,11 @@ impl Default for Session {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
+        let derived = derive(&settings);
         Session {
             defaults: settings.clone(),
             settings,
+            derived,
         }
     }
 }
@@ -174,6 +186,7 @@ impl Session {
             }
         };
         self.settings.insert(key, value);
+        self.derived = derive(&self.settings);
         Ok(())
     }
 
@@ -183,6 +196,7 @@ impl Session {
         match self.defaults.get(&key) {
             Some(v) => {
                 self.settings.insert(key, v.clone());
+                self.derived = derive(&self.settings);
                 Ok(())
             }
             None => Err(PgError::new(
@@ -194,37 +208,55 @@ impl Session {
 
     /// statement_timeout, if set.
     pub fn statement_timeout(&self) -> Option<Duration> {
-        let ms: u64 = self.settings.get("statement_timeout")?.parse().ok()?;
-        (ms > 0).then(|| Duration::from_millis(ms))
+        self.derived.timeout
     }
 
     /// How the native path should run for this session.
     pub fn exec_options(&self) -> ExecOptions {
-        let get = |k: &str| self.settings.get(k).map(String::as_str).unwrap_or_default();
-        let max_retries: u32 = get("tablegate.retry_max").parse().unwrap_or(5);
-        let retry = match get("tablegate.retry_policy") {
-            "none" => RetryPolicy::None,
-            "fixed" => RetryPolicy::Fixed {
-                delay: Duration::from_millis(200),
+        self.derived.exec.clone()
+    }
+}
+
+/// Parses what statements read from the settings (values are validated by
+/// [`Session::set`]).
+fn derive(settings: &BTreeMap<String, String>) -> Derived {
+    let timeout = settings
+        .get("statement_timeout")
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis);
+    Derived {
+        exec: exec_options(settings),
+        timeout,
+    }
+}
+
+/// How the native path should run under these settings.
+fn exec_options(settings: &BTreeMap<String, String>) -> ExecOptions {
+    let get = |k: &str| settings.get(k).map(String::as_str).unwrap_or_default();
+    let max_retries: u32 = get("tablegate.retry_max").parse().unwrap_or(5);
+    let retry = match get("tablegate.retry_policy") {
+        "none" => RetryPolicy::None,
+        "fixed" => RetryPolicy::Fixed {
+            delay: Duration::from_millis(200),
+            max_retries,
+        },
+        _ => match RetryPolicy::default() {
+            RetryPolicy::Exponential { base, min, max, .. } => RetryPolicy::Exponential {
+                base,
+                min,
+                max,
                 max_retries,
             },
-            _ => match RetryPolicy::default() {
-                RetryPolicy::Exponential { base, min, max, .. } => RetryPolicy::Exponential {
-                    base,
-                    min,
-                    max,
-                    max_retries,
-                },
-                other => other,
-            },
-        };
-        ExecOptions {
-            page_size: get("tablegate.page_size").parse().unwrap_or(1000),
-            retry,
-            parallelism: 4,
-            allow_full_scan: get("tablegate.allow_full_scan") != "off",
-            overlay: None,
-        }
+            other => other,
+        },
+    };
+    ExecOptions {
+        page_size: get("tablegate.page_size").parse().unwrap_or(1000),
+        retry,
+        parallelism: 4,
+        allow_full_scan: get("tablegate.allow_full_scan") != "off",
+        overlay: None,
     }
 }
 
@@ -250,5 +282,13 @@ mod tests {
         assert_eq!(s.exec_options().retry, RetryPolicy::None);
         s.reset("tablegate.allow_full_scan").unwrap();
         assert!(s.exec_options().allow_full_scan);
+        s.reset("statement_timeout").unwrap();
+        assert_eq!(s.statement_timeout(), None);
+        s.set("tablegate.page_size", "10").unwrap();
+        assert_eq!(s.exec_options().page_size, 10);
+        // The server's configured defaults are what a session starts with.
+        let d = Session::with_defaults(&[("tablegate.page_size".into(), "7".into())]).unwrap();
+        assert_eq!(d.exec_options().page_size, 7);
+        assert_eq!(Session::default().exec_options().page_size, 1000);
     }
 }

@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tablegate_catalog::TableDef;
+use tablegate_store::entity::write_size;
 use tablegate_store::partition::retry::{RetryStats, with_retry};
 use tablegate_store::{
     Backend, Entity, EntityWrite, IfMatch, Operation, RetryPolicy, StoreError, TableStore, Value,
@@ -442,9 +443,15 @@ fn operation(pk: &str, rk: &str, s: &Staged) -> Option<Operation> {
     })
 }
 
-/// The payload bytes of [`operation`] (0 for none).
+/// The payload bytes of [`operation`] (0 for none), counted without
+/// building it: an operation is a copy of the staged properties, and this
+/// runs for every statement of a transaction.
 fn payload(pk: &str, rk: &str, s: &Staged) -> usize {
-    operation(pk, rk, s).map_or(0, |o| o.payload_size())
+    match (&s.base, &s.fin) {
+        (Base::Absent, Final::Deleted) => 0,
+        (_, Final::Deleted) => write_size(pk, rk, &BTreeMap::new()),
+        (_, Final::Put { props, .. }) => write_size(pk, rk, props),
+    }
 }
 
 /// A staged entity's view: what a read inside the transaction sees.
@@ -525,6 +532,40 @@ mod tests {
             timestamp: tablegate_store::DateTime(1_000),
             etag: None,
             properties: [("age".to_owned(), Value::Int32(1))].into(),
+        }
+    }
+
+    #[test]
+    fn payload_counts_what_the_operation_would_carry() {
+        let present = existing("a");
+        let puts = [
+            BTreeMap::new(),
+            w("a", 5).properties,
+            [
+                ("age".to_owned(), None),
+                ("name".to_owned(), Some(Value::String("é".into()))),
+            ]
+            .into(),
+        ];
+        let bases = [Base::Absent, Base::Blind, Base::Present(present)];
+        for base in bases {
+            let mut fins = vec![Final::Deleted];
+            for props in &puts {
+                for replace in [true, false] {
+                    fins.push(Final::Put {
+                        props: props.clone(),
+                        replace,
+                    });
+                }
+            }
+            for fin in fins {
+                let s = Staged {
+                    base: base.clone(),
+                    fin,
+                };
+                let want = operation("p", "a", &s).map_or(0, |o| o.payload_size());
+                assert_eq!(payload("p", "a", &s), want, "{s:?}");
+            }
         }
     }
 

@@ -331,14 +331,20 @@ impl EntityWrite {
 
     /// Size by the formula, counting only non-NULL properties.
     pub fn size_in_formula(&self) -> usize {
-        entity_size(
-            &self.partition_key,
-            &self.row_key,
-            self.properties
-                .iter()
-                .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v))),
-        )
+        write_size(&self.partition_key, &self.row_key, &self.properties)
     }
+}
+
+/// The size by the formula of a write with these keys and properties
+/// (non-NULL ones count), without building an [`EntityWrite`].
+pub fn write_size(pk: &str, rk: &str, properties: &BTreeMap<String, Option<Value>>) -> usize {
+    entity_size(
+        pk,
+        rk,
+        properties
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v))),
+    )
 }
 
 /// The documented entity size formula over any set of properties.

@@ -62,3 +62,14 @@ pub use local::{LocalStore, StoreOptions};
 pub use ops::{OpOutcome, Operation};
 pub use partition::{PartitionConfig, PartitionedStore, RetryPolicy, Targets};
 pub use query::{ContinuationToken, KeyBox, KeyInterval, Page, PageRequest, Query};
+
+/// `name` in lower case, copied only if it has upper-case letters (table
+/// names are matched case-insensitively; most are written in lower case,
+/// and the lookup runs for every operation).
+pub(crate) fn lowercase(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
+}

@@ -412,7 +412,7 @@ impl Inner {
     fn table(&self, name: &str) -> Result<Arc<TableEntry>> {
         self.tables
             .read()
-            .get(&name.to_ascii_lowercase())
+            .get(&*crate::lowercase(name))
             .cloned()
             .ok_or_else(|| StoreError::TableNotFound {
                 name: name.to_owned(),

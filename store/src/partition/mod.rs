@@ -39,6 +39,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::entity::{Entity, EntityWrite, Value};
 use crate::error::{Result, StoreError};
 use crate::local::LocalStore;
+use crate::lowercase;
 use crate::ops::{OpOutcome, Operation};
 use crate::query::{KeyBox, Page, PageRequest, Query};
 
@@ -223,16 +224,6 @@ struct Route {
     server: usize,
     /// For queries: where the page must stop.
     stop: Option<String>,
-}
-
-/// `name` in lower case, copied only if it has upper-case letters (table
-/// names are matched case-insensitively; most are written in lower case).
-fn lowercase(name: &str) -> std::borrow::Cow<'_, str> {
-    if name.bytes().any(|b| b.is_ascii_uppercase()) {
-        std::borrow::Cow::Owned(name.to_ascii_lowercase())
-    } else {
-        std::borrow::Cow::Borrowed(name)
-    }
 }
 
 fn is_system(name: &str) -> bool {
