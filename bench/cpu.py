@@ -5,7 +5,8 @@ run.py says which server is faster; this says why. For one workload of
 run.py (same data, same pgbench scripts) it alternates pgbench runs on the
 two servers and reports, per transaction:
 
-- the server's CPU (user + system, from /proc: tablegate's process, or the
+- the server's CPU (user + system, and the share of it in the kernel, from
+  /proc: tablegate's process, or the
   postmaster and every backend, including those that have exited);
 - pgbench's CPU (the client shares the machine's cores: a server that makes
   its clients work harder loses throughput there);
@@ -40,26 +41,27 @@ TICK = os.sysconf("SC_CLK_TCK")
 NEEDS_DATA = {"point", "range", "update"}
 
 
-def proc_cpu(pid: int, children: bool = False) -> float:
-    """Seconds of CPU of a process (its threads together), and optionally of
-    its children that have exited and been waited for."""
+def proc_cpu(pid: int, children: bool = False) -> tuple[float, float]:
+    """Seconds of CPU (user, system) of a process (its threads together),
+    and optionally of its children that have exited and been waited for."""
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()
     fields = stat[stat.rfind(")") + 2:].split()
-    ticks = int(fields[11]) + int(fields[12])
+    user, system = int(fields[11]), int(fields[12])
     if children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / TICK
+        user, system = user + int(fields[13]), system + int(fields[14])
+    return user / TICK, system / TICK
 
 
-def tree_cpu(root: int) -> float:
-    total = proc_cpu(root, children=True)
+def tree_cpu(root: int) -> tuple[float, float]:
+    user, system = proc_cpu(root, children=True)
     for pid in B.descendants(root)[1:]:
         try:
-            total += proc_cpu(pid)
+            u, s = proc_cpu(pid)
+            user, system = user + u, system + s
         except OSError:
             pass  # exited meanwhile: counted in its parent's children
-    return total
+    return user, system
 
 
 def machine() -> dict[str, float]:
@@ -128,7 +130,7 @@ def main(argv: list[str]) -> int:
         script.write_text(B.pgbench_scripts(layout)[args.workload])
         rows = 100 if args.workload in ("egt", "multi") else 1
         print(f"{args.workload}, -M {args.mode}, {args.clients} clients, {args.duration} s runs; per transaction:")
-        print(f"{'server':<11}{'tps':>10}{'rows/s':>11}{'server µs':>11}{'pgbench µs':>12}"
+        print(f"{'server':<11}{'tps':>10}{'rows/s':>11}{'server µs':>11}{'kernel':>8}{'pgbench µs':>12}"
               f"{'ctx sw':>8}{'resched':>9}{'segs':>7}{'busy':>7}")
         base = 10  # new PartitionKeys for every write run
         for pair in range(args.pairs):
@@ -150,8 +152,10 @@ def main(argv: list[str]) -> int:
                 if out.returncode != 0 or n == 0:
                     raise B.BenchError(f"pgbench on {s.name} failed:\n{out.stdout}\n{out.stderr}")
                 client = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+                server = sum(c1) - sum(c0)
                 print(f"{s.name:<11}{n / args.duration:>10,.0f}{n * rows / args.duration:>11,.0f}"
-                      f"{(c1 - c0) / n * 1e6:>11.1f}{client / n * 1e6:>12.1f}"
+                      f"{server / n * 1e6:>11.1f}{(c1[1] - c0[1]) / max(server, 1e-9):>8.0%}"
+                      f"{client / n * 1e6:>12.1f}"
                       f"{(m1['ctxt'] - m0['ctxt']) / n:>8.1f}{(m1.get('res', 0) - m0.get('res', 0)) / n:>9.2f}"
                       f"{(m1.get('segs', 0) - m0.get('segs', 0)) / n:>7.1f}"
                       f"{(m1['busy'] - m0['busy']) / max(m1['all'] - m0['all'], 1e-9):>7.0%}", flush=True)
