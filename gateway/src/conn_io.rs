@@ -20,7 +20,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 
 use pgwire::tokio::server::MaybeTls;
@@ -60,9 +60,9 @@ impl ConnIo {
     pub(crate) fn make_blocking(&mut self, sockets: &Sockets) -> io::Result<()> {
         match std::mem::replace(self, ConnIo::Switching) {
             ConnIo::Reactor(MaybeTls::Plain(tcp)) => {
-                let sock = tcp.into_std()?;
+                let sock = Arc::new(tcp.into_std()?);
                 sock.set_nonblocking(false)?;
-                let registration = sockets.register(&sock)?;
+                let registration = sockets.register(&sock);
                 *self = ConnIo::Blocking(BlockingTcp {
                     sock,
                     chunk: vec![0; READ_CHUNK].into_boxed_slice(),
@@ -84,7 +84,10 @@ impl ConnIo {
 
 /// A blocking TCP socket served from inside a poll: every poll is ready.
 pub(crate) struct BlockingTcp {
-    sock: TcpStream,
+    /// Shared with [`Sockets`] (weakly) rather than duplicated: a second
+    /// descriptor per connection would halve how many connections fit
+    /// under the process's open-file limit.
+    sock: Arc<TcpStream>,
     chunk: Box<[u8]>,
     _registration: Registration,
 }
@@ -93,7 +96,7 @@ impl BlockingTcp {
     fn read(&mut self, buf: &mut ReadBuf<'_>) -> io::Result<()> {
         let want = buf.remaining().min(READ_CHUNK);
         loop {
-            match self.sock.read(&mut self.chunk[..want]) {
+            match (&*self.sock).read(&mut self.chunk[..want]) {
                 Ok(n) => {
                     buf.put_slice(&self.chunk[..n]);
                     return Ok(());
@@ -108,7 +111,7 @@ impl BlockingTcp {
 
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         loop {
-            match self.sock.write(data) {
+            match (&*self.sock).write(data) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 r => return r,
             }
@@ -174,25 +177,24 @@ pub(crate) struct Sockets {
 #[derive(Debug, Default)]
 struct SocketsInner {
     next: AtomicU64,
-    open: Mutex<HashMap<u64, TcpStream>>,
+    open: Mutex<HashMap<u64, Weak<TcpStream>>>,
     stopped: std::sync::atomic::AtomicBool,
 }
 
 impl Sockets {
-    fn register(&self, sock: &TcpStream) -> io::Result<Registration> {
+    fn register(&self, sock: &Arc<TcpStream>) -> Registration {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        let handle = sock.try_clone()?;
         let mut open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
         // Checked under the lock: a stop either sees this socket or has
         // already been flagged here.
         if self.inner.stopped.load(Ordering::SeqCst) {
-            let _ = handle.shutdown(Shutdown::Both);
+            let _ = sock.shutdown(Shutdown::Both);
         }
-        open.insert(id, handle);
-        Ok(Registration {
+        open.insert(id, Arc::downgrade(sock));
+        Registration {
             id,
             sockets: self.inner.clone(),
-        })
+        }
     }
 
     /// Shuts down every registered socket: a blocked read returns end of
@@ -200,7 +202,7 @@ impl Sockets {
     pub(crate) fn stop_all(&self) {
         let open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
         self.inner.stopped.store(true, Ordering::SeqCst);
-        for sock in open.values() {
+        for sock in open.values().filter_map(Weak::upgrade) {
             let _ = sock.shutdown(Shutdown::Both);
         }
     }
@@ -277,6 +279,22 @@ mod tests {
             sockets.inner.open.lock().unwrap().is_empty(),
             "an ended connection leaves the registry"
         );
+    }
+
+    #[tokio::test]
+    async fn an_ended_connection_closes_its_socket() {
+        let sockets = Sockets::default();
+        let (mut io, mut client) = pair().await;
+        io.make_blocking(&sockets).unwrap();
+        drop(io);
+        // The registry's handle does not keep the socket open (if it did,
+        // this read would time out).
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 1];
+        assert_eq!(client.read(&mut buf).unwrap(), 0);
+        sockets.stop_all();
     }
 
     #[tokio::test]
