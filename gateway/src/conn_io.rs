@@ -9,17 +9,24 @@
 //! and returns with the request, as a PostgreSQL backend's read does. The
 //! response leaves with one blocking `sendto`.
 //!
+//! A thread blocked in a read does not see the server's flags, so
+//! [`Sockets`] keeps a handle to each blocking socket:
+//! - when shutdown begins, their reading side is shut down
+//!   ([`Sockets::drain`]): an idle connection's read returns at once, one
+//!   inside a statement finishes it and answers first, and either then ends
+//!   with FATAL 57P01, as PostgreSQL's fast shutdown does;
+//! - when the server stops, after the grace period, they are shut down
+//!   entirely ([`Sockets::stop_all`]).
+//!
 //! Deliberately limited: TLS connections stay on the reactor (rustls reads
-//! and writes through tokio's types). A thread blocked in a read does not
-//! see the server's stop signal, so [`Sockets`] keeps a handle to each
-//! blocking socket and the server shuts them down when it stops, which ends
-//! the read.
+//! and writes through tokio's types), and so are not drained: they end
+//! when their client leaves or when the grace period is over.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 
@@ -178,23 +185,43 @@ pub(crate) struct Sockets {
 struct SocketsInner {
     next: AtomicU64,
     open: Mutex<HashMap<u64, Weak<TcpStream>>>,
-    stopped: std::sync::atomic::AtomicBool,
+    draining: AtomicBool,
+    stopped: AtomicBool,
 }
 
 impl Sockets {
     fn register(&self, sock: &Arc<TcpStream>) -> Registration {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let mut open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
-        // Checked under the lock: a stop either sees this socket or has
-        // already been flagged here.
+        // Checked under the lock: a drain or stop either sees this socket
+        // or has already been flagged here.
         if self.inner.stopped.load(Ordering::SeqCst) {
             let _ = sock.shutdown(Shutdown::Both);
+        } else if self.inner.draining.load(Ordering::SeqCst) {
+            let _ = sock.shutdown(Shutdown::Read);
         }
         open.insert(id, Arc::downgrade(sock));
         Registration {
             id,
             sockets: self.inner.clone(),
         }
+    }
+
+    /// Shutdown has begun: shuts down the reading side of every registered
+    /// socket. A read returns what has already arrived, then end of stream;
+    /// answers can still be written.
+    pub(crate) fn drain(&self) {
+        let open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
+        self.inner.draining.store(true, Ordering::SeqCst);
+        for sock in open.values().filter_map(Weak::upgrade) {
+            let _ = sock.shutdown(Shutdown::Read);
+        }
+    }
+
+    /// Whether [`drain`](Self::drain) was called: an end of stream is then
+    /// the server's doing, not the client's.
+    pub(crate) fn draining(&self) -> bool {
+        self.inner.draining.load(Ordering::SeqCst)
     }
 
     /// Shuts down every registered socket: a blocked read returns end of
@@ -295,6 +322,32 @@ mod tests {
         let mut buf = [0u8; 1];
         assert_eq!(client.read(&mut buf).unwrap(), 0);
         sockets.stop_all();
+    }
+
+    #[tokio::test]
+    async fn draining_ends_reads_but_lets_answers_out() {
+        let sockets = Sockets::default();
+        let (mut io, mut client) = pair().await;
+        io.make_blocking(&sockets).unwrap();
+        client.write_all(b"query").unwrap();
+        // Let the request arrive before the drain: it is still read.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!sockets.draining());
+        sockets.drain();
+        assert!(sockets.draining());
+        let mut buf = [0u8; 16];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"query");
+        io.write_all(b"answer").await.unwrap();
+        let mut got = [0u8; 6];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"answer");
+        // Nothing more has arrived: end of stream, not a wait.
+        assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+        // A connection that finishes startup during the drain is drained too.
+        let (mut late, _c) = pair().await;
+        late.make_blocking(&sockets).unwrap();
+        assert_eq!(late.read(&mut buf).await.unwrap(), 0);
     }
 
     #[tokio::test]

@@ -3,8 +3,10 @@
 //! connections over the limit with SQLSTATE 53300 (after reading the
 //! client's startup packet, as PostgreSQL does, so the client shows the
 //! error instead of a dropped socket), and shuts down gracefully: on the
-//! shutdown signal it stops accepting and waits for connections to finish
-//! their statements, up to a grace period.
+//! shutdown signal it stops accepting, ends idle sessions with FATAL 57P01
+//! (as PostgreSQL's fast shutdown does) and waits for the others to finish
+//! their statements, up to a grace period (TLS sessions are not drained:
+//! see `conn_io`).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -139,6 +141,9 @@ impl Server {
                 }
             }
         }
+        // Idle connections end now (FATAL 57P01); busy ones after their
+        // statement.
+        threads.sockets.drain();
         let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
         while active.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -169,7 +174,7 @@ async fn serve_connection(
     handlers: Connection,
     sockets: &Sockets,
 ) -> std::io::Result<()> {
-    use futures::StreamExt;
+    use futures::{SinkExt, StreamExt};
     use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers};
     use pgwire::messages::PgWireFrontendMessage;
     use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
@@ -224,8 +229,15 @@ async fn serve_connection(
         };
         // End of stream, a frame that does not decode, or Terminate: the
         // client is gone or leaving; dropping the socket closes it (asyncpg
-        // waits for that after its Terminate).
-        let Some(Ok(msg)) = msg else { break };
+        // waits for that after its Terminate). Unless the server is
+        // shutting down and ended the stream itself: then the client is
+        // told why, as PostgreSQL tells it.
+        let Some(Ok(msg)) = msg else {
+            if blocking && sockets.draining() {
+                let _ = socket.send(administrator_shutdown()).await;
+            }
+            break;
+        };
         if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
             break;
         }
@@ -266,6 +278,13 @@ async fn serve_connection(
         }
     }
     Ok(())
+}
+
+/// FATAL 57P01: the session ends because the server is shutting down.
+fn administrator_shutdown() -> pgwire::messages::PgWireBackendMessage {
+    let mut info = crate::encode::error_info(crate::sqlstate::PgError::admin_shutdown());
+    info.severity = "FATAL".to_owned();
+    pgwire::messages::PgWireBackendMessage::ErrorResponse(info.into())
 }
 
 /// One accepted connection on its way to a connection thread.

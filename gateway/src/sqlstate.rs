@@ -69,6 +69,15 @@ impl PgError {
         .hint("ROLLBACK to end the transaction")
     }
 
+    /// 57P01: the session ends because the server is shutting down (sent
+    /// with severity FATAL, in PostgreSQL's words).
+    pub fn admin_shutdown() -> Self {
+        PgError::new(
+            "57P01",
+            "terminating connection due to administrator command",
+        )
+    }
+
     /// 57014: cancelled by request or by statement_timeout.
     pub fn cancelled(by_timeout: bool) -> Self {
         if by_timeout {

@@ -234,6 +234,30 @@ async fn connections_over_the_limit_get_53300() {
     again.simple_query("SELECT version()").await.unwrap();
 }
 
+/// SIGTERM ends idle sessions at once with FATAL 57P01, as PostgreSQL's
+/// fast shutdown does, instead of waiting out the 10 s grace period for
+/// clients that may never leave.
+#[tokio::test]
+async fn shutdown_ends_idle_sessions_with_57p01() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let (client, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    let conn = tokio::spawn(conn);
+    client.simple_query("SELECT 1").await.unwrap();
+    let started = std::time::Instant::now();
+    assert!(s.terminate(), "a clean exit");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "an idle session held shutdown for {took:?} (the grace period is 10 s)"
+    );
+    let err = conn
+        .await
+        .unwrap()
+        .expect_err("the server ended the session");
+    assert_eq!(err.code().map(|c| c.code()), Some("57P01"), "{err}");
+    assert!(client.simple_query("SELECT 1").await.is_err());
+}
+
 /// A throttled full scan of 36,000 entities takes seconds at the account
 /// target; cancel requests and statement_timeout stop it mid-stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
