@@ -6,8 +6,8 @@ run.py (same data, same pgbench scripts) it alternates pgbench runs on the
 two servers and reports, per transaction:
 
 - the server's CPU (user + system, and the share of it in the kernel, from
-  /proc: tablegate's process, or the
-  postmaster and every backend, including those that have exited);
+  /proc: tablegate's process, or the postmaster and every backend,
+  including those that have exited);
 - pgbench's CPU (the client shares the machine's cores: a server that makes
   its clients work harder loses throughput there);
 - context switches and rescheduling interrupts of the whole machine
