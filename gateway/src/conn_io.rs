@@ -211,11 +211,7 @@ impl Sockets {
     /// socket. A read returns what has already arrived, then end of stream;
     /// answers can still be written.
     pub(crate) fn drain(&self) {
-        let open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
-        self.inner.draining.store(true, Ordering::SeqCst);
-        for sock in open.values().filter_map(Weak::upgrade) {
-            let _ = sock.shutdown(Shutdown::Read);
-        }
+        self.shut_all(&self.inner.draining, Shutdown::Read);
     }
 
     /// Whether [`drain`](Self::drain) was called: an end of stream is then
@@ -227,10 +223,16 @@ impl Sockets {
     /// Shuts down every registered socket: a blocked read returns end of
     /// stream, and its connection ends.
     pub(crate) fn stop_all(&self) {
+        self.shut_all(&self.inner.stopped, Shutdown::Both);
+    }
+
+    /// Raises `flag` and shuts down `how` every registered socket, under
+    /// the lock that [`register`](Self::register) checks the flags under.
+    fn shut_all(&self, flag: &AtomicBool, how: Shutdown) {
         let open = self.inner.open.lock().unwrap_or_else(|e| e.into_inner());
-        self.inner.stopped.store(true, Ordering::SeqCst);
+        flag.store(true, Ordering::SeqCst);
         for sock in open.values().filter_map(Weak::upgrade) {
-            let _ = sock.shutdown(Shutdown::Both);
+            let _ = sock.shutdown(how);
         }
     }
 }

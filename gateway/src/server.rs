@@ -203,7 +203,6 @@ async fn serve_connection(
     io.write_buf = parts.write_buf;
     let mut socket = Framed::from_parts(io);
     socket.set_backpressure_boundary(WRITE_BOUNDARY);
-    let mut blocking = false;
 
     let startup = handlers.startup_handler();
     let simple = handlers.simple_query_handler();
@@ -233,7 +232,7 @@ async fn serve_connection(
         // shutting down and ended the stream itself: then the client is
         // told why, as PostgreSQL tells it.
         let Some(Ok(msg)) = msg else {
-            if blocking && sockets.draining() {
+            if matches!(socket.get_ref(), ConnIo::Blocking(_)) && sockets.draining() {
                 let _ = socket.send(administrator_shutdown()).await;
             }
             break;
@@ -270,11 +269,14 @@ async fn serve_connection(
         if is_cancel {
             break;
         }
-        if !blocking && matches!(socket.state(), PgWireConnectionState::ReadyForQuery) {
-            // Startup is over (authenticated, ReadyForQuery sent): from
-            // here a plain TCP connection waits in blocking reads.
+        if startup_deadline.is_some()
+            && matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
+        {
+            // Startup is over (authenticated, ReadyForQuery sent): the
+            // deadline goes, and from here a plain TCP connection waits in
+            // blocking reads.
+            startup_deadline = None;
             socket.get_mut().make_blocking(sockets)?;
-            blocking = true;
         }
     }
     Ok(())
