@@ -102,6 +102,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="runs per server, alternating which goes first (default 2)")
     ap.add_argument("--partitions", type=int, default=1000)
     ap.add_argument("--rows", type=int, default=1000)
+    ap.add_argument("--load", action="store_true",
+                    help="load the table before a write workload too, as run.py does (egt and multi "
+                         "otherwise run on an empty table)")
     args = ap.parse_args(argv)
     if min(args.clients, args.duration, args.pairs, args.partitions, args.rows) < 1:
         ap.error("every number must be positive")
@@ -120,7 +123,7 @@ def main(argv: list[str]) -> int:
         tg.start()
         for s in (pg.server, tg.server):
             s.psql(B.CREATE_SQL, what="CREATE TABLE")
-        if args.workload in NEEDS_DATA:
+        if args.workload in NEEDS_DATA or args.load:
             csv = work / "entities.csv"
             B.write_csv(csv, layout)
             for s in (pg.server, tg.server):

@@ -57,7 +57,7 @@ use tablegate_store::ops::check_batch;
 use tablegate_store::{
     ContinuationToken, DateTime, ETag, Entity, EntityWrite, IfMatch, OpOutcome, Operation, Page,
     PageRequest, PartitionStats, Query, RemoteStore, Result, StoreError, TableInfo, TableStats,
-    TableStore,
+    TableStore, Written,
 };
 
 pub use conn::Account;
@@ -566,13 +566,16 @@ impl TableStore for AzureStore {
             .into_iter()
             .zip(etags)
             .map(|((_, entity, existed), etag)| OpOutcome {
-                entity: entity.map(|mut e| {
-                    if let Some(t) = &etag {
-                        e.timestamp = edm::etag_time(t).unwrap_or(e.timestamp);
-                        e.etag = Some(ETag(t.clone()));
+                written: match entity {
+                    Some(mut e) => {
+                        if let Some(t) = &etag {
+                            e.timestamp = edm::etag_time(t).unwrap_or(e.timestamp);
+                            e.etag = Some(ETag(t.clone()));
+                        }
+                        Written::Entity(e)
                     }
-                    e
-                }),
+                    None => Written::Deleted,
+                },
                 existed,
             })
             .collect())

@@ -292,12 +292,26 @@ impl TableDef {
     /// Builds the entity for a row given as (column, value) pairs. Key
     /// columns must be present and non-NULL; system columns are refused;
     /// columns not mentioned are left out (for Merge: untouched).
-    pub fn entity_write(&self, row: &[(ColumnRef, Option<Value>)]) -> Result<EntityWrite> {
+    pub fn entity_write<C: std::borrow::Borrow<ColumnRef>>(
+        &self,
+        row: &[(C, Option<Value>)],
+    ) -> Result<EntityWrite> {
+        self.entity_write_owned(row.iter().map(|(c, v)| (c.borrow(), v.clone())))
+    }
+
+    /// [`TableDef::entity_write`] taking the row's values, so that they move
+    /// into the write instead of being copied (a multi-row INSERT builds
+    /// one write per row and keeps no row).
+    pub fn entity_write_owned<C: std::borrow::Borrow<ColumnRef>>(
+        &self,
+        row: impl IntoIterator<Item = (C, Option<Value>)>,
+    ) -> Result<EntityWrite> {
         let mut pk = None;
         let mut rk = None;
         let mut properties = BTreeMap::new();
         for (col, v) in row {
-            if let Some(v) = v
+            let col: &ColumnRef = col.borrow();
+            if let Some(v) = &v
                 && !col.ty.accepts(v)
             {
                 return Err(CatalogError::InvalidText {
@@ -308,7 +322,7 @@ impl TableDef {
             match col.role {
                 Role::PartitionKey | Role::RowKey => {
                     let text = match v {
-                        Some(Value::String(s)) => s.clone(),
+                        Some(Value::String(s)) => s,
                         Some(_) => unreachable!("type checked above"),
                         None => {
                             return Err(CatalogError::NullValue {
@@ -336,7 +350,7 @@ impl TableDef {
                             hint: "the column is declared NOT NULL",
                         });
                     }
-                    properties.insert(col.name.clone(), v.clone());
+                    properties.insert(col.name.clone(), v);
                 }
                 Role::Timestamp | Role::ETag => {
                     return Err(CatalogError::InvalidColumnName {

@@ -245,6 +245,9 @@ impl CursorQuery {
 struct CopyIn {
     plan: Arc<WritePlan>,
     columns: Vec<ColumnRef>,
+    /// Every user column, shared by all rows, with the index of the input
+    /// field that fills it (`None`: its DEFAULT).
+    targets: Vec<(Arc<ColumnRef>, Option<usize>)>,
     parser: crate::copy::Parser,
     rows: Vec<tablegate_planner::write::Row>,
     /// The first error; later data is swallowed and the error reported at
@@ -1396,9 +1399,16 @@ impl ConnHandler {
                 columns,
                 format,
             } => {
+                let tablegate_planner::write::WriteKind::Insert { targets, .. } = &plan.kind else {
+                    return Err(PgError::new(
+                        "XX000",
+                        "COPY FROM was planned as another write",
+                    ));
+                };
                 *self.copy_in.lock().await = Some(CopyIn {
                     plan: plan.clone(),
                     columns: columns.clone(),
+                    targets: targets.clone(),
                     parser: crate::copy::Parser::new(format.clone()),
                     rows: Vec::new(),
                     error: None,
@@ -1550,7 +1560,7 @@ impl ConnHandler {
                     return;
                 }
             };
-            match copy_row(&st.plan, &st.columns, rec) {
+            match copy_row(&st.plan, &st.columns, &st.targets, rec) {
                 Ok(row) => st.rows.push(row),
                 Err(e) => {
                     st.error = Some(e);
@@ -1611,6 +1621,7 @@ impl ConnHandler {
 fn copy_row(
     plan: &WritePlan,
     columns: &[ColumnRef],
+    targets: &[(Arc<ColumnRef>, Option<usize>)],
     (line, fields): (u64, Vec<crate::copy::Field>),
 ) -> Result<tablegate_planner::write::Row, PgError> {
     let table = &plan.table;
@@ -1629,10 +1640,9 @@ fn copy_row(
             format!("extra data after last expected column on line {line}"),
         ));
     }
-    let mut row = Vec::with_capacity(table.columns.len());
-    for c in &table.columns {
-        let col = table.resolve(&c.name).map_err(|e| PgError::from(&e))?;
-        let v = match columns.iter().position(|x| x.name == col.name) {
+    let mut row = Vec::with_capacity(targets.len());
+    for (col, field) in targets {
+        let v = match *field {
             Some(i) => match &fields[i] {
                 None => None,
                 Some(text) => Some(col.ty.parse_text(text).map_err(|e| {
@@ -1641,10 +1651,10 @@ fn copy_row(
                     pg
                 })?),
             },
-            None => tablegate_planner::write::default_value(&col, table)
+            None => tablegate_planner::write::default_value(col, table)
                 .map_err(|e| PgError::from(&e))?,
         };
-        row.push((col, v));
+        row.push((Arc::clone(col), v));
     }
     Ok(row)
 }

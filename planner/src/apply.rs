@@ -133,10 +133,13 @@ pub async fn run(
     match &plan.kind {
         WriteKind::Insert {
             columns,
+            targets,
             source,
             conflict,
         } => {
-            let rows = runner.proposed_rows(columns, source, &opts).await?;
+            let rows = runner
+                .proposed_rows(columns, targets, source, &opts)
+                .await?;
             push_rows(&runner, &mut sink, rows, conflict).await?;
         }
         WriteKind::Update { scan, .. } | WriteKind::Delete { scan } => {
@@ -203,7 +206,13 @@ async fn push_rows(
     let table = &runner.plan.table;
     let mut intents = Vec::with_capacity(rows.len());
     for row in rows {
-        let w = table.entity_write(&row)?;
+        // Only an ON CONFLICT clause decides again from the proposed row
+        // (EXCLUDED, or a re-read after a conflict); otherwise its values
+        // move into the write.
+        let (w, proposed) = match conflict {
+            OnConflict::Error => (table.entity_write_owned(row)?, None),
+            _ => (table.entity_write(&row)?, Some(row)),
+        };
         let read = match (conflict, &*sink) {
             (OnConflict::Error, Sink::Auto(_)) => Read::Blind,
             (
@@ -218,7 +227,7 @@ async fn push_rows(
         intents.push(Intent {
             pk: w.partition_key.clone(),
             rk: w.row_key.clone(),
-            proposed: Some(row),
+            proposed,
             write: Some(w),
             read,
         });
@@ -260,15 +269,11 @@ impl Runner<'_> {
     async fn proposed_rows(
         &self,
         columns: &[ColumnRef],
+        targets: &[(Arc<ColumnRef>, Option<usize>)],
         source: &InsertSource,
         opts: &ExecOptions,
     ) -> Result<Vec<Row>> {
         let table = &self.plan.table;
-        let user: Vec<ColumnRef> = table
-            .columns
-            .iter()
-            .map(|c| table.resolve(&c.name))
-            .collect::<std::result::Result<_, _>>()?;
         let ctx = EvalCtx {
             table,
             params: self.params,
@@ -276,16 +281,13 @@ impl Runner<'_> {
             excluded: None,
         };
         let build = |given: &dyn Fn(usize) -> Result<Option<Option<Value>>>| -> Result<Row> {
-            let mut row = Vec::with_capacity(user.len());
-            for col in &user {
-                let v = match columns.iter().position(|c| c.name == col.name) {
-                    Some(i) => match given(i)? {
-                        Some(v) => v,
-                        None => crate::write::default_value(col, table)?,
-                    },
+            let mut row = Vec::with_capacity(targets.len());
+            for (col, i) in targets {
+                let v = match i.map(given).transpose()?.flatten() {
+                    Some(v) => v,
                     None => crate::write::default_value(col, table)?,
                 };
-                row.push((col.clone(), v));
+                row.push((Arc::clone(col), v));
             }
             Ok(row)
         };
@@ -655,8 +657,8 @@ impl Groups {
                     self.done.groups += 1;
                     self.done.rows += outcomes.len() as u64;
                     if !r.plan.returning.is_empty() {
-                        for (k, o) in outcomes.into_iter().enumerate() {
-                            let row = match o.entity {
+                        for (k, (o, op)) in outcomes.into_iter().zip(chunk.iter()).enumerate() {
+                            let row = match o.into_entity(op) {
                                 Some(e) => Some(e),
                                 None => match &group[from[start + k]].read {
                                     Read::Known(e) => e.clone(),

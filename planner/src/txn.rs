@@ -336,14 +336,28 @@ impl Transaction {
         Ok(())
     }
 
-    /// The operations COMMIT sends, in RowKey order.
-    pub fn operations(&self) -> Vec<Operation> {
+    /// The operations COMMIT sends, in RowKey order: the staged writes
+    /// move into them.
+    pub fn into_operations(self) -> Vec<Operation> {
+        let Some((_, pk)) = &self.scope else {
+            return Vec::new();
+        };
+        self.staged
+            .into_iter()
+            .filter_map(|(rk, s)| operation(pk, rk, s))
+            .collect()
+    }
+
+    /// [`Transaction::into_operations`] of a copy (tests look before and
+    /// after).
+    #[cfg(test)]
+    fn operations(&self) -> Vec<Operation> {
         let Some((_, pk)) = &self.scope else {
             return Vec::new();
         };
         self.staged
             .iter()
-            .filter_map(|(rk, s)| operation(pk, rk, s))
+            .filter_map(|(rk, s)| operation(pk, rk.clone(), s.clone()))
             .collect()
     }
 
@@ -353,7 +367,8 @@ impl Transaction {
         let Some((table, _)) = &self.scope else {
             return Ok(0);
         };
-        let ops: Arc<[Operation]> = self.operations().into();
+        let table = table.clone();
+        let ops: Arc<[Operation]> = self.into_operations().into();
         if ops.is_empty() {
             return Ok(0);
         }
@@ -399,45 +414,45 @@ impl Transaction {
 
 /// The operation COMMIT sends for one staged entity (`None`: inserted,
 /// then deleted: nothing to send).
-fn operation(pk: &str, rk: &str, s: &Staged) -> Option<Operation> {
-    let write = |props: &BTreeMap<String, Option<Value>>| EntityWrite {
+fn operation(pk: &str, rk: String, s: Staged) -> Option<Operation> {
+    let write = |props: BTreeMap<String, Option<Value>>, rk: String| EntityWrite {
         partition_key: pk.to_owned(),
-        row_key: rk.to_owned(),
-        properties: props.clone(),
+        row_key: rk,
+        properties: props,
     };
-    Some(match (&s.base, &s.fin) {
+    Some(match (s.base, s.fin) {
         (Base::Absent, Final::Deleted) => return None,
-        (Base::Absent, Final::Put { props, .. }) => Operation::Insert(write(props)),
+        (Base::Absent, Final::Put { props, .. }) => Operation::Insert(write(props, rk)),
         (Base::Present(e), Final::Deleted) => Operation::Delete {
             partition_key: pk.to_owned(),
-            row_key: rk.to_owned(),
+            row_key: rk,
             if_match: IfMatch::ETag(e.etag()),
         },
         (Base::Present(e), Final::Put { props, replace }) => {
             let if_match = IfMatch::ETag(e.etag());
-            if *replace {
+            if replace {
                 Operation::Replace {
-                    entity: write(props),
+                    entity: write(props, rk),
                     if_match,
                 }
             } else {
                 Operation::Merge {
-                    entity: write(props),
+                    entity: write(props, rk),
                     if_match,
                 }
             }
         }
         (Base::Blind, Final::Put { props, replace }) => {
-            if *replace {
-                Operation::InsertOrReplace(write(props))
+            if replace {
+                Operation::InsertOrReplace(write(props, rk))
             } else {
-                Operation::InsertOrMerge(write(props))
+                Operation::InsertOrMerge(write(props, rk))
             }
         }
         // A delete always reads first, which resolves the base.
         (Base::Blind, Final::Deleted) => Operation::Delete {
             partition_key: pk.to_owned(),
-            row_key: rk.to_owned(),
+            row_key: rk,
             if_match: IfMatch::Any,
         },
     })
@@ -563,7 +578,7 @@ mod tests {
                     base: base.clone(),
                     fin,
                 };
-                let want = operation("p", "a", &s).map_or(0, |o| o.payload_size());
+                let want = operation("p", "a".into(), s.clone()).map_or(0, |o| o.payload_size());
                 assert_eq!(payload("p", "a", &s), want, "{s:?}");
             }
         }

@@ -52,6 +52,10 @@ pub enum WriteKind {
     Insert {
         /// Target columns, in the order values are given.
         columns: Vec<ColumnRef>,
+        /// Every user column of the table, in declaration order, with the
+        /// index in `columns` of the value that fills it (`None`: its
+        /// DEFAULT): resolved once when planned, shared by every row.
+        targets: Vec<(Arc<ColumnRef>, Option<usize>)>,
         /// The rows.
         source: InsertSource,
         /// ON CONFLICT.
@@ -152,8 +156,10 @@ pub enum VExpr {
     RandomUuid,
 }
 
-/// A row proposed for insertion: every user column's value.
-pub type Row = Vec<(ColumnRef, Option<Value>)>;
+/// A row proposed for insertion: every user column's value. The columns
+/// are shared by every row of a statement (a 100-row INSERT would
+/// otherwise copy each column's name 100 times).
+pub type Row = Vec<(Arc<ColumnRef>, Option<Value>)>;
 
 /// What an expression is evaluated against.
 #[derive(Debug, Clone, Copy)]
@@ -897,6 +903,7 @@ pub fn plan_insert(catalog: &Catalog, ins: &ast::Insert, sql: &str) -> Result<Wr
     Ok(WritePlan {
         table: table.clone(),
         kind: WriteKind::Insert {
+            targets: insert_targets(&table, &columns)?,
             columns,
             source,
             conflict,
@@ -1054,6 +1061,22 @@ fn copy_columns(
         .collect()
 }
 
+/// An INSERT's [`WriteKind::Insert::targets`].
+fn insert_targets(
+    table: &TableDef,
+    columns: &[ColumnRef],
+) -> Result<Vec<(Arc<ColumnRef>, Option<usize>)>> {
+    table
+        .columns
+        .iter()
+        .map(|c| {
+            let col = table.resolve(&c.name)?;
+            let given = columns.iter().position(|x| x.name == col.name);
+            Ok((Arc::new(col), given))
+        })
+        .collect()
+}
+
 /// `COPY t [(cols)] FROM STDIN`: an INSERT of the named columns whose rows
 /// the caller supplies ([`crate::apply::insert_rows`]).
 pub fn plan_copy_in(
@@ -1067,6 +1090,7 @@ pub fn plan_copy_in(
         WritePlan {
             table: table.clone(),
             kind: WriteKind::Insert {
+                targets: insert_targets(&table, &cols)?,
                 columns: cols.clone(),
                 source: InsertSource::Values(Vec::new()),
                 conflict: OnConflict::Error,

@@ -93,11 +93,27 @@ const TAG_BINARY: u8 = 8;
 
 /// Encodes an entity's timestamp and properties (keys live in the key).
 pub(crate) fn encode_value(timestamp: DateTime, props: &BTreeMap<String, Value>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + props.len() * 24);
+    encode_properties(timestamp, props.iter().map(|(k, v)| (k.as_str(), v)))
+}
+
+/// [`encode_value`] of properties given in name order by any iterator, so
+/// a write's own properties are encoded where they are, without first
+/// being copied into an entity. At most [`crate::limits::MAX_PROPERTIES`]
+/// (checked before: the count is a u16).
+pub(crate) fn encode_properties<'a>(
+    timestamp: DateTime,
+    props: impl Iterator<Item = (&'a str, &'a Value)>,
+) -> Vec<u8> {
+    let (lo, hi) = props.size_hint();
+    let mut out = Vec::with_capacity(16 + hi.unwrap_or(lo) * 24);
     out.push(VALUE_FORMAT_V1);
     out.extend_from_slice(&timestamp.0.to_be_bytes());
-    out.extend_from_slice(&(props.len() as u16).to_be_bytes());
+    // The count, patched once the properties are written.
+    let count_at = out.len();
+    out.extend_from_slice(&0u16.to_be_bytes());
+    let mut count: u16 = 0;
     for (name, v) in props {
+        count += 1;
         out.extend_from_slice(&(name.len() as u16).to_be_bytes());
         out.extend_from_slice(name.as_bytes());
         match v {
@@ -137,6 +153,7 @@ pub(crate) fn encode_value(timestamp: DateTime, props: &BTreeMap<String, Value>)
             }
         }
     }
+    out[count_at..count_at + 2].copy_from_slice(&count.to_be_bytes());
     out
 }
 

@@ -59,7 +59,7 @@ pub use entity::{DateTime, ETag, EdmType, Entity, EntityWrite, IfMatch, Timestam
 pub use error::{KeyKind, Result, StoreError};
 pub use filter::{CmpOp, Field, Filter};
 pub use local::{LocalStore, StoreOptions};
-pub use ops::{OpOutcome, Operation};
+pub use ops::{OpOutcome, Operation, Written};
 pub use partition::{PartitionConfig, PartitionedStore, RetryPolicy, Targets};
 pub use query::{ContinuationToken, KeyBox, KeyInterval, Page, PageRequest, Query};
 

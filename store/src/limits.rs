@@ -141,18 +141,32 @@ pub fn check_value(property: &str, value: &Value) -> Result<()> {
 
 /// Checks the limits of a whole stored entity: property count and size.
 pub fn check_entity(entity: &crate::Entity) -> Result<()> {
-    let count = entity.properties.len();
+    check_entity_parts(
+        &entity.partition_key,
+        &entity.row_key,
+        entity.properties.iter().map(|(k, v)| (k.as_str(), v)),
+    )
+}
+
+/// [`check_entity`] of an entity given as its keys and its properties, so
+/// that a write's own properties are checked without being copied.
+pub(crate) fn check_entity_parts<'a>(
+    partition_key: &str,
+    row_key: &str,
+    properties: impl Iterator<Item = (&'a str, &'a Value)> + Clone,
+) -> Result<()> {
+    let count = properties.clone().count();
     if count > MAX_PROPERTIES {
         return Err(StoreError::TooManyProperties {
             count,
             limit: MAX_PROPERTIES,
         });
     }
-    let size = entity.size_in_formula();
+    let size = crate::entity::entity_size(partition_key, row_key, properties);
     if size > MAX_ENTITY_BYTES {
         return Err(StoreError::EntityTooLarge {
-            partition_key: entity.partition_key.clone(),
-            row_key: entity.row_key.clone(),
+            partition_key: partition_key.to_owned(),
+            row_key: row_key.to_owned(),
             size,
             limit: MAX_ENTITY_BYTES,
         });

@@ -30,7 +30,7 @@ use crate::engine::{Durability, Engine, Mutation, Space};
 use crate::entity::{DateTime, Entity};
 use crate::error::{Result, StoreError};
 use crate::limits;
-use crate::ops::{Effect, OpOutcome, Operation, check_batch};
+use crate::ops::{self, Effect, OpOutcome, Operation, Written, check_batch};
 use crate::query::{ContinuationToken, Page, PageRequest, Query, Resume};
 use crate::{PartitionStats, ScanEstimate, TableInfo, TableStats};
 
@@ -561,37 +561,43 @@ impl Inner {
         let mut batch = Vec::with_capacity(ops.len() + 1);
         let mut outcomes = Vec::with_capacity(ops.len());
         let mut delta: i64 = 0;
-        for (i, (op, cur)) in ops.iter().zip(&current).enumerate() {
-            let effect = op
-                .apply(cur.as_ref(), timestamp)
-                .map_err(|e| e.at_operation(i))?;
+        for (i, (op, cur)) in ops.iter().zip(current).enumerate() {
+            let existed = cur.is_some();
+            let effect = op.apply(cur).map_err(|e| e.at_operation(i))?;
             let (pk, rk) = op.keys();
             let key = codec::entity_key(t.id, pk, rk);
-            match effect {
-                Effect::Put(entity) => {
+            let written = match effect {
+                // The operation's own properties are encoded where they
+                // are; the outcome keeps only the Timestamp.
+                Effect::PutSent(w) => {
                     batch.push(Mutation::Put {
                         space: Space::Entities,
                         key,
-                        value: codec::encode_value(entity.timestamp, &entity.properties),
+                        value: codec::encode_properties(timestamp, ops::sent(w)),
                     });
-                    delta += i64::from(cur.is_none());
-                    outcomes.push(OpOutcome {
-                        entity: Some(entity),
-                        existed: cur.is_some(),
+                    Written::AsSent(timestamp)
+                }
+                Effect::PutMerged(properties) => {
+                    batch.push(Mutation::Put {
+                        space: Space::Entities,
+                        key,
+                        value: codec::encode_value(timestamp, &properties),
                     });
+                    Written::Entity(op.stamped(properties, timestamp))
                 }
                 Effect::Delete => {
                     batch.push(Mutation::Delete {
                         space: Space::Entities,
                         key,
                     });
-                    delta -= 1;
-                    outcomes.push(OpOutcome {
-                        entity: None,
-                        existed: true,
-                    });
+                    Written::Deleted
                 }
-            }
+            };
+            delta += match &written {
+                Written::Deleted => -1,
+                _ => i64::from(!existed),
+            };
+            outcomes.push(OpOutcome { existed, written });
         }
 
         // The partition's entity count commits in the same atomic batch.

@@ -49,24 +49,82 @@ pub enum Operation {
 /// What one applied operation did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpOutcome {
-    /// The entity as written; `None` after a Delete.
-    pub entity: Option<Entity>,
     /// Whether an entity existed before the operation.
     pub existed: bool,
+    /// What it left at the key.
+    pub written: Written,
+}
+
+/// What an operation left at its key. The entity is kept only where the
+/// operation alone does not say what it is: an Insert or Replace wrote
+/// exactly its own non-NULL properties, so its outcome keeps the Timestamp
+/// and [`OpOutcome::entity`] rebuilds the entity from the operation when a
+/// caller asks (RETURNING), instead of every write paying for a copy of
+/// every entity it writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written {
+    /// The entity was deleted.
+    Deleted,
+    /// The operation's own non-NULL properties, stamped with this
+    /// Timestamp (Insert, Replace, InsertOrReplace on the embedded engine).
+    AsSent(Timestamp),
+    /// This entity (a merge's result, or one a remote service stamped with
+    /// its own ETag).
+    Entity(Entity),
 }
 
 impl OpOutcome {
+    /// The entity as written by `op` (the operation this is the outcome
+    /// of); `None` after a Delete.
+    pub fn entity(&self, op: &Operation) -> Option<Entity> {
+        match &self.written {
+            Written::Deleted => None,
+            Written::Entity(e) => Some(e.clone()),
+            Written::AsSent(ts) => {
+                Some(op.stamped(op.write().map(non_null).unwrap_or_default(), *ts))
+            }
+        }
+    }
+
+    /// [`OpOutcome::entity`] taking the outcome's own entity when it has one.
+    pub fn into_entity(self, op: &Operation) -> Option<Entity> {
+        match self.written {
+            Written::Entity(e) => Some(e),
+            _ => self.entity(op),
+        }
+    }
+
+    /// Whether the operation left an entity (it was not a Delete).
+    pub fn wrote(&self) -> bool {
+        !matches!(self.written, Written::Deleted)
+    }
+
     /// The new ETag, `None` after a Delete.
     pub fn etag(&self) -> Option<ETag> {
-        self.entity.as_ref().map(Entity::etag)
+        match &self.written {
+            Written::Deleted => None,
+            Written::AsSent(ts) => Some(ETag::from_timestamp(*ts)),
+            Written::Entity(e) => Some(e.etag()),
+        }
     }
 }
 
-/// The effect of an operation on one key: write this entity, or delete.
+/// The effect of an operation on one key, borrowing what it can from the
+/// operation.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Effect {
-    Put(Entity),
+pub(crate) enum Effect<'a> {
+    /// Write the operation's own non-NULL properties.
+    PutSent(&'a EntityWrite),
+    /// Write these properties (a merge's result).
+    PutMerged(BTreeMap<String, Value>),
     Delete,
+}
+
+/// A write's non-NULL properties, by reference.
+pub(crate) fn sent(w: &EntityWrite) -> impl Iterator<Item = (&str, &Value)> + Clone {
+    w.properties
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v)))
 }
 
 impl Operation {
@@ -135,6 +193,18 @@ impl Operation {
         }
     }
 
+    /// The entity this operation's write carries (`None`: a Delete).
+    fn write(&self) -> Option<&EntityWrite> {
+        match self {
+            Operation::Insert(e)
+            | Operation::InsertOrReplace(e)
+            | Operation::InsertOrMerge(e)
+            | Operation::Replace { entity: e, .. }
+            | Operation::Merge { entity: e, .. } => Some(e),
+            Operation::Delete { .. } => None,
+        }
+    }
+
     /// The entity this operation leaves behind given the current one
     /// (`None`: deleted), stamped with `timestamp`, or the error the Table
     /// service would give. For backends that must compute a result
@@ -144,23 +214,41 @@ impl Operation {
         current: Option<&Entity>,
         timestamp: Timestamp,
     ) -> Result<Option<Entity>> {
-        Ok(match self.apply(current, timestamp)? {
-            Effect::Put(e) => Some(e),
-            Effect::Delete => None,
-        })
+        let properties = match self.apply(current.cloned())? {
+            Effect::PutSent(w) => non_null(w),
+            Effect::PutMerged(p) => p,
+            Effect::Delete => return Ok(None),
+        };
+        Ok(Some(self.stamped(properties, timestamp)))
     }
 
-    /// Applies the operation to the current entity (if any), stamping the
-    /// result with `timestamp`. Checks existence, If-Match and the limits of
-    /// the resulting entity.
-    pub(crate) fn apply(&self, current: Option<&Entity>, timestamp: Timestamp) -> Result<Effect> {
+    /// The entity at this operation's key with these properties.
+    pub(crate) fn stamped(
+        &self,
+        properties: BTreeMap<String, Value>,
+        timestamp: Timestamp,
+    ) -> Entity {
+        let (pk, rk) = self.keys();
+        Entity {
+            partition_key: pk.to_owned(),
+            row_key: rk.to_owned(),
+            timestamp,
+            etag: None,
+            properties,
+        }
+    }
+
+    /// Applies the operation to the current entity (if any; taken, as a
+    /// merge keeps its properties). Checks existence, If-Match and the
+    /// limits of the resulting entity.
+    pub(crate) fn apply(&self, current: Option<Entity>) -> Result<Effect<'_>> {
         let (pk, rk) = self.keys();
         let not_found = || StoreError::EntityNotFound {
             partition_key: pk.to_owned(),
             row_key: rk.to_owned(),
         };
         let check = |if_match: &IfMatch| -> Result<()> {
-            let cur = current.ok_or_else(not_found)?;
+            let cur = current.as_ref().ok_or_else(not_found)?;
             if let IfMatch::ETag(expected) = if_match {
                 let actual = cur.etag();
                 if &actual != expected {
@@ -174,7 +262,7 @@ impl Operation {
             }
             Ok(())
         };
-        let props = match self {
+        let effect = match self {
             Operation::Insert(e) => {
                 if current.is_some() {
                     return Err(StoreError::EntityAlreadyExists {
@@ -182,44 +270,40 @@ impl Operation {
                         row_key: rk.to_owned(),
                     });
                 }
-                non_null(e)
+                Effect::PutSent(e)
             }
             Operation::Replace { entity, if_match } => {
                 check(if_match)?;
-                non_null(entity)
+                Effect::PutSent(entity)
             }
             Operation::Merge { entity, if_match } => {
                 check(if_match)?;
-                merged(current, entity)
+                Effect::PutMerged(merged(current, entity))
             }
-            Operation::InsertOrReplace(e) => non_null(e),
-            Operation::InsertOrMerge(e) => merged(current, e),
+            Operation::InsertOrReplace(e) => Effect::PutSent(e),
+            Operation::InsertOrMerge(e) => Effect::PutMerged(merged(current, e)),
             Operation::Delete { if_match, .. } => {
                 check(if_match)?;
                 return Ok(Effect::Delete);
             }
         };
-        let entity = Entity {
-            partition_key: pk.to_owned(),
-            row_key: rk.to_owned(),
-            timestamp,
-            etag: None,
-            properties: props,
-        };
-        limits::check_entity(&entity)?;
-        Ok(Effect::Put(entity))
+        match &effect {
+            Effect::PutSent(w) => limits::check_entity_parts(pk, rk, sent(w))?,
+            Effect::PutMerged(p) => {
+                limits::check_entity_parts(pk, rk, p.iter().map(|(k, v)| (k.as_str(), v)))?
+            }
+            Effect::Delete => {}
+        }
+        Ok(effect)
     }
 }
 
 fn non_null(e: &EntityWrite) -> BTreeMap<String, Value> {
-    e.properties
-        .iter()
-        .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
-        .collect()
+    sent(e).map(|(k, v)| (k.to_owned(), v.clone())).collect()
 }
 
-fn merged(current: Option<&Entity>, e: &EntityWrite) -> BTreeMap<String, Value> {
-    let mut props = current.map(|c| c.properties.clone()).unwrap_or_default();
+fn merged(current: Option<Entity>, e: &EntityWrite) -> BTreeMap<String, Value> {
+    let mut props = current.map(|c| c.properties).unwrap_or_default();
     for (k, v) in &e.properties {
         match v {
             Some(v) => {

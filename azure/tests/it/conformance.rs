@@ -183,10 +183,36 @@ pub fn failed_at(e: &StoreError) -> Option<usize> {
     }
 }
 
-async fn one(s: &dyn TableStore, t: &str, op: Operation) -> Result<OpOutcome, StoreError> {
-    let mut out = s.execute(t, vec![op].into()).await?;
+/// One operation's outcome with the entity it left: what a caller that
+/// asks for it (RETURNING) gets.
+#[derive(Debug)]
+struct Done {
+    existed: bool,
+    entity: Option<Entity>,
+    outcome: OpOutcome,
+}
+
+impl Done {
+    fn etag(&self) -> Option<tablegate_store::ETag> {
+        let etag = self.outcome.etag();
+        assert_eq!(
+            etag,
+            self.entity.as_ref().map(Entity::etag),
+            "the outcome's ETag is its entity's"
+        );
+        etag
+    }
+}
+
+async fn one(s: &dyn TableStore, t: &str, op: Operation) -> Result<Done, StoreError> {
+    let mut out = s.execute(t, vec![op.clone()].into()).await?;
     assert_eq!(out.len(), 1);
-    Ok(out.remove(0))
+    let outcome = out.remove(0);
+    Ok(Done {
+        existed: outcome.existed,
+        entity: outcome.entity(&op),
+        outcome,
+    })
 }
 
 async fn get(s: &dyn TableStore, t: &str, pk: &str, rk: &str) -> Option<Entity> {
@@ -980,10 +1006,11 @@ async fn egt_of_100(s: &dyn TableStore, t: &str) {
     let ops = (0..100)
         .map(|i| Operation::Insert(w("g", &rk3(i)).with("n", int(i as i32))))
         .collect();
-    let out = s.execute(t, ops).await.unwrap();
+    let ops: std::sync::Arc<[Operation]> = ops;
+    let out = s.execute(t, ops.clone()).await.unwrap();
     assert_eq!(out.len(), 100);
     for (i, o) in out.iter().enumerate() {
-        let e = o.entity.as_ref().unwrap();
+        let e = &o.entity(&ops[i]).unwrap();
         assert_eq!(e.row_key, rk3(i));
         assert_eq!(e.properties, props([("n", int(i as i32))]));
     }
@@ -1015,7 +1042,7 @@ async fn egt_of_100(s: &dyn TableStore, t: &str) {
             _ => Operation::InsertOrMerge(w("g", &rk).with("m", Value::Boolean(false))),
         });
     }
-    let out = s.execute(t, ops.into()).await.unwrap();
+    let out = s.execute(t, ops.clone().into()).await.unwrap();
     assert_eq!(out.len(), 100);
     let after = partition(s, t, "g").await;
     assert_eq!(after.len(), 75);
@@ -1030,7 +1057,7 @@ async fn egt_of_100(s: &dyn TableStore, t: &str) {
         };
         assert_eq!(after.get(&rk3(i)), want.as_ref(), "row {i}");
         assert_eq!(
-            outcome.entity.as_ref().map(|e| &e.properties),
+            outcome.entity(&ops[i]).as_ref().map(|e| &e.properties),
             want.as_ref(),
             "outcome {i}"
         );

@@ -30,7 +30,7 @@ use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 use tablegate_store::{
     CmpOp, ETag, Entity, EntityWrite, Field, Filter, IfMatch, KeyBox, KeyInterval, LocalStore,
-    OpOutcome, Operation, Query, StoreError, TableStore, Value,
+    Operation, Query, StoreError, TableStore, Value,
 };
 
 use crate::conformance::{failed_at, scan};
@@ -332,7 +332,7 @@ impl Side<'_> {
         pk: usize,
         specs: &[OpSpec],
         defect: Defect,
-    ) -> Result<Vec<OpOutcome>, StoreError> {
+    ) -> Result<Vec<Outcome>, StoreError> {
         let mut ops = Vec::with_capacity(specs.len() + 1);
         for (i, spec) in specs.iter().enumerate() {
             let pk = match defect {
@@ -348,7 +348,16 @@ impl Side<'_> {
             };
             ops.push(self.operation(pk, &again).await);
         }
-        self.store.execute(self.table, ops.into()).await
+        let ops: std::sync::Arc<[Operation]> = ops.into();
+        let out = self.store.execute(self.table, ops.clone()).await?;
+        Ok(out
+            .into_iter()
+            .zip(ops.iter())
+            .map(|(o, op)| Outcome {
+                existed: o.existed,
+                entity: o.into_entity(op),
+            })
+            .collect())
     }
 
     async fn operation(&self, pk: usize, spec: &OpSpec) -> Operation {
@@ -393,11 +402,18 @@ fn rows(es: &[Entity]) -> Vec<Row> {
         .collect()
 }
 
+/// An operation's outcome with the entity it left (as RETURNING sees it).
+#[derive(Debug)]
+struct Outcome {
+    existed: bool,
+    entity: Option<Entity>,
+}
+
 fn compare_results(
     ctx: &str,
     kinds: &[Kind],
-    local: &Result<Vec<OpOutcome>, StoreError>,
-    azure: &Result<Vec<OpOutcome>, StoreError>,
+    local: &Result<Vec<Outcome>, StoreError>,
+    azure: &Result<Vec<Outcome>, StoreError>,
 ) {
     match (local, azure) {
         (Ok(l), Ok(a)) => {

@@ -353,7 +353,7 @@ impl PartitionedStore {
         let r = self.shared.store.execute_blocking(table, ops);
         self.shared.charge(scope, &route, cost);
         if let Ok(outcomes) = &r
-            && outcomes.iter().any(|o| !o.existed && o.entity.is_some())
+            && outcomes.iter().any(|o| !o.existed && o.wrote())
         {
             let mut load = self.shared.load.lock();
             load.inserts

@@ -213,7 +213,7 @@ fn long_batches_see_existing_entities_in_sparse_and_crowded_spans() {
                 let key = i * 10;
                 let existed = pk == "crowded" || key < 100;
                 assert_eq!(o.existed, existed, "{name} {pk} {key}");
-                let e = o.entity.as_ref().unwrap();
+                let e = &o.entity(&ops[i]).unwrap();
                 assert_eq!(
                     e.properties.contains_key("v"),
                     existed,

@@ -59,12 +59,13 @@ fn insert(s: &LocalStore, w: EntityWrite) -> Result<Vec<OpOutcome>> {
 
 /// Inserts `w`, reads it back and checks it came back as written.
 fn insert_ok(s: &LocalStore, w: EntityWrite) -> Entity {
+    let op = Operation::Insert(w.clone());
     let out = insert(s, w.clone()).unwrap_or_else(|e| panic!("insert rejected: {e}"));
     let got = s
         .get_blocking(T, &w.partition_key, &w.row_key)
         .unwrap()
         .expect("inserted entity is readable");
-    assert_eq!(out[0].entity.as_ref(), Some(&got));
+    assert_eq!(out[0].entity(&op).as_ref(), Some(&got));
     let expected: BTreeMap<String, Value> = w
         .properties
         .iter()
@@ -1066,14 +1067,12 @@ fn inserts(pk: &str, n: usize) -> Vec<Operation> {
 #[test]
 fn batch_of_100_accepted_101_rejected_empty_rejected() {
     let s = store();
-    let out = s.execute_blocking(T, &inserts("p", 100)).unwrap();
+    let ops = inserts("p", 100);
+    let out = s.execute_blocking(T, &ops).unwrap();
     assert_eq!(out.len(), 100);
     // One EGT, one timestamp.
-    assert!(
-        out.iter()
-            .all(|o| o.entity.as_ref().unwrap().timestamp
-                == out[0].entity.as_ref().unwrap().timestamp)
-    );
+    let stamp = |i: usize| out[i].entity(&ops[i]).unwrap().timestamp;
+    assert!((0..100).all(|i| stamp(i) == stamp(0)));
     assert_err!(
         s.execute_blocking(T, &inserts("q", 101)),
         StoreError::BatchTooManyOperations {
@@ -1443,7 +1442,7 @@ fn stale_etag_rejected_any_accepted() {
     assert_eq!(
         out[0],
         OpOutcome {
-            entity: None,
+            written: Written::Deleted,
             existed: true
         }
     );
@@ -1508,9 +1507,9 @@ fn etag_changes_on_every_write(s: &LocalStore) {
     for round in 0..20 {
         for op in no_op_writes() {
             let name = op.name();
-            let out = s.execute_blocking(T, &[op]).unwrap();
+            let out = s.execute_blocking(T, std::slice::from_ref(&op)).unwrap();
             let now = get(s, "p", "r").unwrap();
-            assert_eq!(out[0].entity.as_ref(), Some(&now));
+            assert_eq!(out[0].entity(&op).as_ref(), Some(&now));
             assert_eq!(out[0].etag(), Some(now.etag()));
             assert!(out[0].existed);
             assert_eq!(now.properties, first.properties, "{name}: no value changed");
@@ -1554,10 +1553,9 @@ fn timestamps_increase_across_entities_and_ignore_nothing_of_old_values() {
     let mut last = DateTime(i64::MIN);
     for i in 0..30 {
         let pk = format!("p{}", i % 3);
-        let out = s
-            .execute_blocking(T, &[Operation::InsertOrReplace(EntityWrite::new(pk, "r"))])
-            .unwrap();
-        let ts = out[0].entity.as_ref().unwrap().timestamp;
+        let op = Operation::InsertOrReplace(EntityWrite::new(pk, "r"));
+        let out = s.execute_blocking(T, std::slice::from_ref(&op)).unwrap();
+        let ts = out[0].entity(&op).unwrap().timestamp;
         assert!(ts > last, "{ts} after {last}");
         last = ts;
         if i == 15 {
@@ -1728,7 +1726,8 @@ fn at_limit_entities_survive_reopen_on_disk() {
             s.execute_blocking(T, &ops)
                 .unwrap()
                 .into_iter()
-                .map(|o| o.entity.unwrap()),
+                .zip(&ops)
+                .map(|(o, op)| o.into_entity(op).unwrap()),
         );
         out.sort_by(|a, b| (&a.partition_key, &a.row_key).cmp(&(&b.partition_key, &b.row_key)));
         assert_eq!(scan_all(&s), out);

@@ -1123,7 +1123,7 @@ impl Harness {
                         ops[i]
                     );
                     let key = (p.pk.clone(), p.rk.clone());
-                    match (p.after, o.entity) {
+                    match (p.after, o.into_entity(&ops[i])) {
                         (Some(props), Some(e)) => {
                             assert_eq!(
                                 (&e.partition_key, &e.row_key, &e.properties),
