@@ -43,6 +43,11 @@
 //! replaces its entity's entry. A write to a chunk's last entity is never
 //! a delta: it would sort after its chunk. Point reads ask the in-memory
 //! index whether a delta exists and then fetch it (one engine get more).
+//! A key with neither a delta nor a chunk at or after it in its partition
+//! (every key of a new PartitionKey) is absent without asking the engine:
+//! a batch adds its fences and deltas to the index before the engine shows
+//! it and removes the old ones after, so the index never lacks an entity
+//! the engine holds.
 //!
 //! **Other writes rewrite the chunks they touch**, inside the caller's one
 //! atomic engine batch, and fold the deltas of the spans they rewrite (the
@@ -428,6 +433,18 @@ impl Index {
         self.deltas
             .range::<[u8], _>((start, Bound::Excluded(holder.unwrap_or(end))))
     }
+}
+
+/// `removed` less the keys in `added`.
+fn without(removed: Vec<Vec<u8>>, added: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    if removed.is_empty() || added.is_empty() {
+        return removed;
+    }
+    let added: std::collections::HashSet<&[u8]> = added.iter().map(Vec::as_slice).collect();
+    removed
+        .into_iter()
+        .filter(|k| !added.contains(k.as_slice()))
+        .collect()
 }
 
 /// The first key after partition `prefix` (which ends with the 0x00
@@ -965,6 +982,14 @@ impl Engine for Packed {
             let fence = index.fence(&key[..plen], key, false).map(<[u8]>::to_vec);
             (fence, index.deltas.contains(key))
         };
+        // Neither a chunk that could hold the key nor a delta: absent, with
+        // no seek (a new PartitionKey's every INSERT asks this). `apply`
+        // adds to the index before the engine shows a write, so an entity
+        // the engine holds is always in the index; a write still on its
+        // way is missed as by any read that runs before it.
+        if fence.is_none() && !has_delta {
+            return Ok(None);
+        }
         // A delta answers for its entity. One folded since the index was
         // read is gone from the engine, and its chunk then holds it.
         if has_delta && let Some(delta) = self.inner.get(space, &delta_key(key))? {
@@ -1070,6 +1095,27 @@ impl Engine for Packed {
                 self.rewrite(&prefix, &changes, &mut out, &mut index_changes)?;
             }
         }
+        // The index learns what the batch adds before the engine shows it,
+        // and forgets what the batch removes only after: at every moment
+        // each entity the engine holds has its chunk's fence or its delta
+        // in the index, which lets a point read that finds neither answer
+        // "absent" without seeking (see `get`). In between, the index
+        // names a chunk or delta the engine lacks, which only costs a
+        // read the engine then answers.
+        let IndexChanges {
+            fences_added,
+            fences_removed,
+            deltas_added,
+            deltas_removed,
+        } = index_changes;
+        // A key the batch both removes and adds stays.
+        let fences_removed = without(fences_removed, &fences_added);
+        let deltas_removed = without(deltas_removed, &deltas_added);
+        {
+            let mut index = self.index.write();
+            index.fences.extend(fences_added);
+            index.deltas.extend(deltas_added);
+        }
         if let Err(e) = self.inner.apply(out) {
             for prefix in &prefixes {
                 self.reload_index(prefix)?;
@@ -1077,20 +1123,12 @@ impl Engine for Packed {
             return Err(e);
         }
         let mut index = self.index.write();
-        let IndexChanges {
-            fences_added,
-            fences_removed,
-            deltas_added,
-            deltas_removed,
-        } = index_changes;
         for key in fences_removed {
             index.fences.remove(&key);
         }
-        index.fences.extend(fences_added);
         for key in deltas_removed {
             index.deltas.remove(&key);
         }
-        index.deltas.extend(deltas_added);
         Ok(())
     }
 
@@ -1457,12 +1495,20 @@ mod tests {
             for (k, start, end) in probes {
                 let get = |p: &Packed| p.get(Space::Entities, k).expect("get").map(|v| v.to_vec());
                 assert_eq!(get(p), model.get(k).cloned(), "get {k:?}");
-                // Fences a write behind: none at all, or without the
-                // chunk that holds the key (the next chunk's fence then
-                // answers). The seek must take over.
+                // An index a write ahead, naming a chunk the engine does
+                // not hold (yet, or any more): the seek must take over.
                 let fences = p.index.read().fences.clone();
-                p.index.write().fences.clear();
-                assert_eq!(get(p), model.get(k).cloned(), "get {k:?} without fences");
+                p.index.write().fences.insert(k.clone());
+                assert_eq!(
+                    get(p),
+                    model.get(k).cloned(),
+                    "get {k:?} with a fence ahead"
+                );
+                // A write behind: without the fence of the chunk that holds
+                // the key, which a split since moved it to (the next
+                // chunk's fence then answers). The seek must take over.
+                // (An index a write behind never lacks every fence and
+                // delta of an entity: `apply` adds before it removes.)
                 let mut stale = fences.clone();
                 let holder = stale
                     .range::<[u8], _>((Bound::Included(&k[..]), Bound::Unbounded))
@@ -1472,11 +1518,22 @@ mod tests {
                     stale.remove(&holder);
                 }
                 p.index.write().fences = stale;
-                assert_eq!(
-                    get(p),
-                    model.get(k).cloned(),
-                    "get {k:?} with a stale fence"
-                );
+                let prefix = &k[..prefix_len(k).expect("entity key")];
+                let named = {
+                    let index = p.index.read();
+                    index.fence(prefix, k, false).is_some() || index.deltas.contains(k)
+                };
+                if named {
+                    assert_eq!(
+                        get(p),
+                        model.get(k).cloned(),
+                        "get {k:?} with a stale fence"
+                    );
+                } else {
+                    // An index that names no chunk or delta for the key
+                    // was read before the key was written: absent then.
+                    assert_eq!(get(p), None, "get {k:?} with no fence left");
+                }
                 p.index.write().fences = fences;
                 // A delta the index still lists after it was folded.
                 let listed = !p.index.write().deltas.insert(k.clone());
@@ -1679,6 +1736,35 @@ mod tests {
         assert_eq!(out.len(), 2, "two chunks rewritten: {out:?}");
         let chunks_read = read.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(chunks_read, 2, "of the partition's 10 chunks");
+    }
+
+    /// A key whose partition has neither a chunk at or after it nor a
+    /// delta for it is answered from the index: the engine is not asked,
+    /// whereas a seek would have walked into the next partition's chunk.
+    /// Once such a key is written, reads find it.
+    #[test]
+    fn a_key_with_no_chunk_or_delta_is_absent_without_reading() {
+        let engine = Counting::default();
+        let read = engine.read.clone();
+        let p = Packed::open(Box::new(engine), TINY).expect("open");
+        let load: Vec<_> = (0..6)
+            .map(|i| put(key(1, "p", &format!("{i:02}")), b"v"))
+            .collect();
+        p.apply(load).expect("load");
+        read.store(0, std::sync::atomic::Ordering::Relaxed);
+        // Partition "o" sorts before "p": a seek from it meets p's chunks.
+        assert_eq!(p.get(Space::Entities, &key(1, "o", "00")).unwrap(), None);
+        // After p's last chunk: p's tail holds no delta for it.
+        assert_eq!(p.get(Space::Entities, &key(1, "p", "99")).unwrap(), None);
+        assert_eq!(read.load(std::sync::atomic::Ordering::Relaxed), 0);
+        p.apply(vec![put(key(1, "o", "00"), b"w")])
+            .expect("write o");
+        p.apply(vec![put(key(1, "p", "99"), b"w")])
+            .expect("write p");
+        for k in [key(1, "o", "00"), key(1, "p", "99")] {
+            let got = p.get(Space::Entities, &k).unwrap();
+            assert_eq!(got.as_deref(), Some(&b"w"[..]), "{k:?}");
+        }
     }
 
     /// A directory in the old layout (one pair per entity, no marker) is
