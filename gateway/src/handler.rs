@@ -245,9 +245,6 @@ impl CursorQuery {
 struct CopyIn {
     plan: Arc<WritePlan>,
     columns: Vec<ColumnRef>,
-    /// Every user column, shared by all rows, with the index of the input
-    /// field that fills it (`None`: its DEFAULT).
-    targets: Vec<(Arc<ColumnRef>, Option<usize>)>,
     parser: crate::copy::Parser,
     rows: Vec<tablegate_planner::write::Row>,
     /// The first error; later data is swallowed and the error reported at
@@ -1399,16 +1396,9 @@ impl ConnHandler {
                 columns,
                 format,
             } => {
-                let tablegate_planner::write::WriteKind::Insert { targets, .. } = &plan.kind else {
-                    return Err(PgError::new(
-                        "XX000",
-                        "COPY FROM was planned as another write",
-                    ));
-                };
                 *self.copy_in.lock().await = Some(CopyIn {
                     plan: plan.clone(),
                     columns: columns.clone(),
-                    targets: targets.clone(),
                     parser: crate::copy::Parser::new(format.clone()),
                     rows: Vec::new(),
                     error: None,
@@ -1560,7 +1550,7 @@ impl ConnHandler {
                     return;
                 }
             };
-            match copy_row(&st.plan, &st.columns, &st.targets, rec) {
+            match copy_row(&st.plan, &st.columns, rec) {
                 Ok(row) => st.rows.push(row),
                 Err(e) => {
                     st.error = Some(e);
@@ -1621,10 +1611,17 @@ impl ConnHandler {
 fn copy_row(
     plan: &WritePlan,
     columns: &[ColumnRef],
-    targets: &[(Arc<ColumnRef>, Option<usize>)],
     (line, fields): (u64, Vec<crate::copy::Field>),
 ) -> Result<tablegate_planner::write::Row, PgError> {
     let table = &plan.table;
+    // Every user column, resolved when COPY was planned, with the index of
+    // the input field that fills it (`None`: its DEFAULT).
+    let Some(targets) = plan.insert_targets() else {
+        return Err(PgError::new(
+            "XX000",
+            "COPY FROM was planned as another write",
+        ));
+    };
     if fields.len() < columns.len() {
         return Err(PgError::new(
             "22P04",

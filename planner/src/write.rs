@@ -110,6 +110,15 @@ impl WritePlan {
             WriteKind::Delete { .. } => "DELETE",
         }
     }
+
+    /// An INSERT's resolved columns ([`WriteKind::Insert::targets`]);
+    /// `None` for UPDATE and DELETE.
+    pub fn insert_targets(&self) -> Option<&[(Arc<ColumnRef>, Option<usize>)]> {
+        match &self.kind {
+            WriteKind::Insert { targets, .. } => Some(targets),
+            _ => None,
+        }
+    }
 }
 
 /// Arithmetic operators.

@@ -1716,22 +1716,29 @@ mod tests {
         }
     }
 
+    /// Partition "p" of `rows` entities over a [`Counting`] engine, and
+    /// its counter, at zero.
+    fn counted_partition(rows: usize) -> (Packed, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let engine = Counting::default();
+        let read = engine.read.clone();
+        let p = Packed::open(Box::new(engine), TINY).expect("open");
+        let load: Vec<_> = (0..rows)
+            .map(|i| put(key(1, "p", &format!("{i:02}")), b"v"))
+            .collect();
+        p.apply(load).expect("load");
+        read.store(0, std::sync::atomic::Ordering::Relaxed);
+        (p, read)
+    }
+
     /// A batch touching both ends of a long partition reads and rewrites
     /// the two chunks it touches, not the ones between.
     #[test]
     fn a_batch_reads_only_the_chunks_it_touches() {
-        let engine = Counting::default();
-        let read = engine.read.clone();
-        let p = Packed::open(Box::new(engine), TINY).expect("open");
-        let load: Vec<_> = (0..30)
-            .map(|i| put(key(1, "p", &format!("{i:02}")), b"v"))
-            .collect();
-        p.apply(load).expect("load");
+        let (p, read) = counted_partition(30);
         let changes = BTreeMap::from([
             (key(1, "p", "00"), Some(b"w".to_vec())),
             (key(1, "p", "29"), Some(b"w".to_vec())),
         ]);
-        read.store(0, std::sync::atomic::Ordering::Relaxed);
         let out = rewrite_p(&p, &changes);
         assert_eq!(out.len(), 2, "two chunks rewritten: {out:?}");
         let chunks_read = read.load(std::sync::atomic::Ordering::Relaxed);
@@ -1744,14 +1751,7 @@ mod tests {
     /// Once such a key is written, reads find it.
     #[test]
     fn a_key_with_no_chunk_or_delta_is_absent_without_reading() {
-        let engine = Counting::default();
-        let read = engine.read.clone();
-        let p = Packed::open(Box::new(engine), TINY).expect("open");
-        let load: Vec<_> = (0..6)
-            .map(|i| put(key(1, "p", &format!("{i:02}")), b"v"))
-            .collect();
-        p.apply(load).expect("load");
-        read.store(0, std::sync::atomic::Ordering::Relaxed);
+        let (p, read) = counted_partition(6);
         // Partition "o" sorts before "p": a seek from it meets p's chunks.
         assert_eq!(p.get(Space::Entities, &key(1, "o", "00")).unwrap(), None);
         // After p's last chunk: p's tail holds no delta for it.
