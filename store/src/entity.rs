@@ -333,18 +333,27 @@ impl EntityWrite {
     pub fn size_in_formula(&self) -> usize {
         write_size(&self.partition_key, &self.row_key, &self.properties)
     }
+
+    /// The non-NULL properties, by reference, in name order: what an
+    /// Insert or Replace stores.
+    pub fn non_null(&self) -> impl Iterator<Item = (&str, &Value)> + Clone {
+        non_null(&self.properties)
+    }
+}
+
+/// The non-NULL ones of a write's properties, by reference.
+fn non_null(
+    properties: &BTreeMap<String, Option<Value>>,
+) -> impl Iterator<Item = (&str, &Value)> + Clone {
+    properties
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v)))
 }
 
 /// The size by the formula of a write with these keys and properties
 /// (non-NULL ones count), without building an [`EntityWrite`].
 pub fn write_size(pk: &str, rk: &str, properties: &BTreeMap<String, Option<Value>>) -> usize {
-    entity_size(
-        pk,
-        rk,
-        properties
-            .iter()
-            .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v))),
-    )
+    entity_size(pk, rk, non_null(properties))
 }
 
 /// The documented entity size formula over any set of properties.

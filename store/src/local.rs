@@ -30,7 +30,7 @@ use crate::engine::{Durability, Engine, Mutation, Space};
 use crate::entity::{DateTime, Entity};
 use crate::error::{Result, StoreError};
 use crate::limits;
-use crate::ops::{self, Effect, OpOutcome, Operation, Written, check_batch};
+use crate::ops::{Effect, OpOutcome, Operation, Written, check_batch};
 use crate::query::{ContinuationToken, Page, PageRequest, Query, Resume};
 use crate::{PartitionStats, ScanEstimate, TableInfo, TableStats};
 
@@ -573,7 +573,7 @@ impl Inner {
                     batch.push(Mutation::Put {
                         space: Space::Entities,
                         key,
-                        value: codec::encode_properties(timestamp, ops::sent(w)),
+                        value: codec::encode_properties(timestamp, w.non_null()),
                     });
                     Written::AsSent(timestamp)
                 }

@@ -120,13 +120,6 @@ pub(crate) enum Effect<'a> {
     Delete,
 }
 
-/// A write's non-NULL properties, by reference.
-pub(crate) fn sent(w: &EntityWrite) -> impl Iterator<Item = (&str, &Value)> + Clone {
-    w.properties
-        .iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| (k.as_str(), v)))
-}
-
 impl Operation {
     /// (PartitionKey, RowKey) this operation touches.
     pub fn keys(&self) -> (&str, &str) {
@@ -288,7 +281,7 @@ impl Operation {
             }
         };
         match &effect {
-            Effect::PutSent(w) => limits::check_entity_parts(pk, rk, sent(w))?,
+            Effect::PutSent(w) => limits::check_entity_parts(pk, rk, w.non_null())?,
             Effect::PutMerged(p) => {
                 limits::check_entity_parts(pk, rk, p.iter().map(|(k, v)| (k.as_str(), v)))?
             }
@@ -299,7 +292,9 @@ impl Operation {
 }
 
 fn non_null(e: &EntityWrite) -> BTreeMap<String, Value> {
-    sent(e).map(|(k, v)| (k.to_owned(), v.clone())).collect()
+    e.non_null()
+        .map(|(k, v)| (k.to_owned(), v.clone()))
+        .collect()
 }
 
 fn merged(current: Option<Entity>, e: &EntityWrite) -> BTreeMap<String, Value> {
