@@ -487,7 +487,7 @@ impl TableStore for AzureStore {
         }
         let empty = Page {
             entities: Vec::new(),
-            encoded: Vec::new(),
+            encoded: Default::default(),
             scanned: 0,
             continuation: None,
         };
@@ -546,7 +546,7 @@ impl TableStore for AzureStore {
             });
         Ok(Page {
             entities,
-            encoded: Vec::new(),
+            encoded: Default::default(),
             scanned,
             continuation,
         })

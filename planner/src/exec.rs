@@ -23,7 +23,10 @@ use tablegate_catalog::{Role, SqlType, TableDef};
 use tablegate_store::driven::Driven;
 use tablegate_store::partition::retry::{RetryStats, with_retry};
 use tablegate_store::partition::scan::ScanOptions;
-use tablegate_store::{Backend, EncodedEntity, Entity, RetryPolicy, TableStore, Value, ValueRef};
+use tablegate_store::{
+    Backend, EncodedEntities, EncodedEntity, Entity, RawProperty, RetryPolicy, TableStore, Value,
+    ValueRef,
+};
 use tokio::sync::mpsc;
 
 use crate::error::{PlanError, Result};
@@ -408,12 +411,12 @@ impl Task {
 
     /// [`Task::emit`] for undecoded entities (embedded store, no overlay:
     /// no type mismatches to count, nothing to merge).
-    async fn emit_encoded(&self, rows: &[EncodedEntity], window: &mut Window) -> Result<bool> {
+    async fn emit_encoded(&self, rows: &EncodedEntities, window: &mut Window) -> Result<bool> {
         let (start, len) = window.take(rows.len());
         if len > 0 {
             self.actuals.lock().returned += len as u64;
             if let Out::Batches(schema, tx) = &self.out {
-                let rows = &rows[start..start + len];
+                let rows = rows.slice(start..start + len);
                 let batch = encoded_to_batch(&self.b.plan.columns, rows, schema)?;
                 if tx.send(Ok(batch)).await.is_err() {
                     return Ok(false);
@@ -530,6 +533,20 @@ impl ColumnBuilder {
         }
     }
 
+    /// Appends a stored property's value, or NULL when it is of another
+    /// type. Fixed-width numbers skip the [`ValueRef`] (see
+    /// [`RawProperty::int32`]).
+    #[inline]
+    fn push_stored(&mut self, p: &RawProperty<'_>) -> Result<()> {
+        match self {
+            Self::Int4(b) => b.append_option(p.int32()),
+            Self::Int8(b) => b.append_option(p.int64()),
+            Self::Float8(b) => b.append_option(p.double()),
+            _ => self.push(Some(p.value()?)),
+        }
+        Ok(())
+    }
+
     fn finish(self) -> ArrayRef {
         match self {
             Self::Text(mut b) => Arc::new(b.finish()),
@@ -604,12 +621,13 @@ pub fn to_batch(
 /// its properties and the wanted names: one name comparison per property,
 /// and the row's properties after the last wanted name are not even framed
 /// (a scan for `n` and `d` stops before a row's long text `s`).
-pub fn encoded_to_batch(
+pub fn encoded_to_batch<'a>(
     columns: &[OutputColumn],
-    rows: &[EncodedEntity],
+    rows: impl ExactSizeIterator<Item = EncodedEntity<'a>>,
     schema: &SchemaRef,
 ) -> Result<RecordBatch> {
-    let mut out = builders(columns, rows.len());
+    let len = rows.len();
+    let mut out = builders(columns, len);
     // Wanted property names in stored order, each with the output columns
     // it fills (`SELECT n, n` fills two).
     let mut wanted: Vec<(&str, Vec<usize>)> = Vec::new();
@@ -649,8 +667,9 @@ pub fn encoded_to_batch(
                 match p.name_cmp(name) {
                     std::cmp::Ordering::Less => break,
                     std::cmp::Ordering::Equal => {
-                        let v = p.value()?;
-                        cols.iter().for_each(|&i| out[i].push(Some(v)));
+                        for &i in cols {
+                            out[i].push_stored(&p)?;
+                        }
                         next += 1;
                         break;
                     }
@@ -666,7 +685,7 @@ pub fn encoded_to_batch(
             cols.iter().for_each(|&i| out[i].push(None));
         }
     }
-    finish_batch(out, rows.len(), schema)
+    finish_batch(out, len, schema)
 }
 
 #[cfg(test)]
@@ -752,7 +771,7 @@ mod tests {
             .expect("page");
         assert_eq!(encoded.encoded.len(), 3);
         let a = to_batch(&table, &columns, &decoded.entities, &schema).expect("batch");
-        let b = encoded_to_batch(&columns, &encoded.encoded, &schema).expect("batch");
+        let b = encoded_to_batch(&columns, encoded.encoded.iter(), &schema).expect("batch");
         assert_eq!(a, b);
         // And the values are the ones written.
         let n = a
@@ -762,7 +781,7 @@ mod tests {
         let n = n.expect("int column");
         assert_eq!((n.value(0), n.is_null(1), n.is_null(2)), (7, true, true));
         // No columns at all (count(*)): only the row count.
-        let none = encoded_to_batch(&[], &encoded.encoded, &TableDef::arrow_schema(&[]));
+        let none = encoded_to_batch(&[], encoded.encoded.iter(), &TableDef::arrow_schema(&[]));
         assert_eq!(none.expect("batch").num_rows(), 3);
     }
 
@@ -815,7 +834,7 @@ mod tests {
                     .expect("page")
             };
             let a = to_batch(&table, &columns, &page(false).entities, &schema).expect("batch");
-            let b = encoded_to_batch(&columns, &page(true).encoded, &schema).expect("batch");
+            let b = encoded_to_batch(&columns, page(true).encoded.iter(), &schema).expect("batch");
             proptest::prop_assert_eq!(a, b);
         }
     }

@@ -53,7 +53,7 @@ pub use api::{
 };
 pub use backend::{Backend, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use codec::{EncodedEntity, RawProperty, ValueRef};
+pub use codec::{EncodedEntities, EncodedEntity, RawProperty, ValueRef};
 pub use engine::Durability;
 pub use entity::{DateTime, ETag, EdmType, Entity, EntityWrite, IfMatch, Timestamp, Value};
 pub use error::{KeyKind, Result, StoreError};

@@ -13,16 +13,17 @@
 //! boundary) with a continuation token.
 
 use std::collections::HashMap;
-use std::ops::Bound;
+use std::ops::{Bound, Range};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Instant;
 
+use byteview::ByteView;
 use parking_lot::{Mutex, RwLock};
 
 use crate::clock::{Clock, SystemClock};
-use crate::codec::{self, EncodedEntity};
+use crate::codec::{self, EncodedEntities};
 use crate::engine::fjall_engine::FjallEngine;
 use crate::engine::memory::MemoryEngine;
 use crate::engine::packed::{ChunkLimits, Packed};
@@ -730,7 +731,7 @@ impl Inner {
         let started = Instant::now();
         let mut page = Page {
             entities: Vec::new(),
-            encoded: Vec::new(),
+            encoded: EncodedEntities::default(),
             scanned: 0,
             continuation: None,
         };
@@ -755,36 +756,40 @@ impl Inner {
                 _ => (end.clone(), false),
             };
             if start < end {
-                let mut iter = self.engine.scan(
-                    Space::Entities,
-                    Bound::Included(start),
-                    Bound::Excluded(end),
-                );
-                while let Some(kv) = iter.next() {
-                    let (k, v) = kv?;
+                // Set at the entity that fills the page or spends its time;
+                // the visit stops at the next one, which says there is more.
+                let mut ended = false;
+                let mut more = false;
+                let mut last = Vec::new();
+                let visit = &mut |k: &[u8], buf: &ByteView, v: Range<usize>| -> Result<bool> {
+                    if ended {
+                        more = true;
+                        return Ok(false);
+                    }
                     page.scanned += 1;
                     if req.encoded && exact && query.filter.is_none() {
                         // Every pair is in the answer, and nothing reads
                         // its keys here: no split, no UTF-8 check per
                         // entity (a full scan for an aggregate).
-                        let pk_len = codec::partition_key_len(&k)?;
-                        page.encoded.push(EncodedEntity::new(k.clone(), v, pk_len));
-                    } else if let (pk, rk) = codec::split_entity_key(&k)?
+                        let pk_len = codec::partition_key_len(k)?;
+                        page.encoded.push(k, pk_len, buf, v);
+                    } else if let (pk, rk) = codec::split_entity_key(k)?
                         && (exact || query.spans.iter().any(|b| b.contains(pk, rk)))
                     {
+                        let value = &buf[v.clone()];
                         if req.encoded {
                             let selected = match (&query.filter, &filter_props) {
                                 (Some(f), Some(props)) => {
-                                    f.matches(&codec::decode_entity(pk, rk, &v, Some(props))?)
+                                    f.matches(&codec::decode_entity(pk, rk, value, Some(props))?)
                                 }
                                 _ => true,
                             };
                             if selected {
-                                let pk_len = pk.len();
-                                page.encoded.push(EncodedEntity::new(k.clone(), v, pk_len));
+                                page.encoded.push(k, pk.len(), buf, v);
                             }
                         } else {
-                            let mut e = codec::decode_entity(pk, rk, &v, decode_props.as_deref())?;
+                            let mut e =
+                                codec::decode_entity(pk, rk, value, decode_props.as_deref())?;
                             if query.filter.as_ref().is_none_or(|f| f.matches(&e)) {
                                 if strip && let Some(p) = &query.projection {
                                     e.properties.retain(|name, _| p.contains(name));
@@ -797,17 +802,27 @@ impl Inner {
                     let out_of_time = page.scanned.is_multiple_of(BUDGET_CHECK_EVERY)
                         && started.elapsed() >= req.time_budget;
                     if full || out_of_time {
-                        let more = iter.next().is_some() || ri + 1 < ranges.len() || clipped;
-                        if more {
-                            let (pk, rk) = codec::split_entity_key(&k)?;
-                            page.continuation = token(Resume {
-                                partition_key: pk.to_owned(),
-                                row_key: rk.to_owned(),
-                                inclusive: false,
-                            });
-                        }
-                        return Ok(page);
+                        ended = true;
+                        last.extend_from_slice(k);
                     }
+                    Ok(true)
+                };
+                self.engine.visit(
+                    Space::Entities,
+                    Bound::Included(start),
+                    Bound::Excluded(end),
+                    visit,
+                )?;
+                if ended {
+                    if more || ri + 1 < ranges.len() || clipped {
+                        let (pk, rk) = codec::split_entity_key(&last)?;
+                        page.continuation = token(Resume {
+                            partition_key: pk.to_owned(),
+                            row_key: rk.to_owned(),
+                            inclusive: false,
+                        });
+                    }
+                    return Ok(page);
                 }
             }
             if clipped {

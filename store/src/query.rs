@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 
-use crate::codec::{self, EncodedEntity};
+use crate::codec::{self, EncodedEntities};
 use crate::entity::Entity;
 use crate::error::{Result, StoreError};
 use crate::filter::Filter;
@@ -387,7 +387,7 @@ pub struct Page {
     pub entities: Vec<Entity>,
     /// The same, undecoded, when the request asked for that
     /// ([`PageRequest::encoded`]); then `entities` is empty.
-    pub encoded: Vec<EncodedEntity>,
+    pub encoded: EncodedEntities,
     /// Entities read by the store for this page (returned or not).
     pub scanned: u64,
     /// Present when the query has more to read.

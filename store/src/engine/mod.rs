@@ -14,7 +14,9 @@ pub(crate) mod fjall_engine;
 pub(crate) mod memory;
 pub(crate) mod packed;
 
-use std::ops::Bound;
+use std::ops::{Bound, Range};
+
+use byteview::ByteView;
 
 use crate::error::Result;
 
@@ -50,6 +52,10 @@ pub(crate) type Bytes = fjall::Slice;
 /// Key/value pairs in ascending key order.
 pub(crate) type KvIter<'a> = Box<dyn Iterator<Item = Result<(Bytes, Bytes)>> + Send + 'a>;
 
+/// What [`Engine::visit`] calls per pair: `(key, buffer, value's range in
+/// the buffer)`; it returns whether the visit goes on.
+pub(crate) type Visitor<'a> = dyn FnMut(&[u8], &ByteView, Range<usize>) -> Result<bool> + 'a;
+
 /// When a write is acknowledged relative to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
@@ -71,6 +77,29 @@ pub(crate) trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// The iterator need not be a snapshot across its whole life, but every
     /// pair it yields was committed, and no batch is ever seen half-applied.
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_>;
+
+    /// The pairs of [`Engine::scan`], handed to `f` as views instead of
+    /// owned pairs: the key, and the value as a range of a buffer the
+    /// engine shares (a chunk of many values, or the value alone). `f`
+    /// returns whether to go on. A reference-counted slice per key and
+    /// value cost a full scan more than decoding the columns it reads (see
+    /// `codec::EncodedEntities`). The default walks [`Engine::scan`].
+    fn visit(
+        &self,
+        space: Space,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        f: &mut Visitor<'_>,
+    ) -> Result<()> {
+        for kv in self.scan(space, start, end) {
+            let (k, v) = kv?;
+            let v = ByteView::from(v);
+            if !f(&k, &v, 0..v.len())? {
+                break;
+            }
+        }
+        Ok(())
+    }
 
     /// The last pair of a range. The default walks the whole range forward;
     /// the engines override it with a reverse seek.

@@ -86,7 +86,7 @@ use std::ops::{Bound, Range};
 use byteview::ByteView;
 use parking_lot::{Mutex, RwLock};
 
-use super::{Bytes, Engine, KvIter, Mutation, Space};
+use super::{Bytes, Engine, KvIter, Mutation, Space, Visitor};
 use crate::codec::TABLE_PREFIX_LEN;
 use crate::error::{Result, StoreError};
 
@@ -465,6 +465,25 @@ impl std::fmt::Debug for Packed {
 }
 
 impl Packed {
+    /// The entities of `[start, end)`: the chunks' entries merged with the
+    /// deltas.
+    fn unpack(&self, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> Unpack<'_> {
+        // The chunk holding `start` is the first keyed at or after it.
+        let chunks = self
+            .inner
+            .scan(Space::Entities, start.clone(), Bound::Unbounded);
+        Unpack {
+            chunks,
+            floor: start.map(Bytes::from),
+            end,
+            current: None,
+            deltas: VecDeque::new(),
+            last_read: None,
+            exhausted: false,
+            done: false,
+        }
+    }
+
     /// Wraps `inner`, packing a directory written with one pair per entity
     /// first (see the module documentation).
     pub(crate) fn open(inner: Box<dyn Engine>, limits: ChunkLimits) -> Result<Self> {
@@ -1031,18 +1050,20 @@ impl Engine for Packed {
         if space != Space::Entities {
             return self.inner.scan(space, start, end);
         }
-        // The chunk holding `start` is the first keyed at or after it.
-        let chunks = self.inner.scan(space, start.clone(), Bound::Unbounded);
-        Box::new(Unpack {
-            chunks,
-            floor: start.map(Bytes::from),
-            end,
-            current: None,
-            deltas: VecDeque::new(),
-            last_read: None,
-            exhausted: false,
-            done: false,
-        })
+        Box::new(self.unpack(start, end))
+    }
+
+    fn visit(
+        &self,
+        space: Space,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        f: &mut Visitor<'_>,
+    ) -> Result<()> {
+        if space != Space::Entities {
+            return self.inner.visit(space, start, end, f);
+        }
+        self.unpack(start, end).visit(f)
     }
 
     fn apply(&self, batch: Vec<Mutation>) -> Result<()> {
@@ -1192,10 +1213,18 @@ impl Chunk {
     }
 }
 
+/// What one step of an [`Unpack`] yields.
+enum Next {
+    /// The entry at these ranges of the current chunk.
+    Entry(EntryAt),
+    /// A delta: its engine key and value, as stored.
+    Delta(Bytes, Bytes),
+}
+
 impl Unpack<'_> {
-    /// One step of the merge: a pair to yield, or `None` to step again
+    /// One step of the merge: an entity to yield, or `None` to step again
     /// (with `done` set at the end).
-    fn step(&mut self) -> Result<Option<(Bytes, Bytes)>> {
+    fn step(&mut self) -> Result<Option<Next>> {
         if let Some(chunk) = &mut self.current {
             let Some(at) = chunk.peek(&self.floor)? else {
                 self.floor = Bound::Excluded(chunk.key.clone());
@@ -1220,10 +1249,7 @@ impl Unpack<'_> {
                     self.done = true;
                     return Ok(None);
                 }
-                return Ok(Some((
-                    Bytes::from(chunk.value.slice(at.0)),
-                    Bytes::from(chunk.value.slice(at.1)),
-                )));
+                return Ok(Some(Next::Entry(at)));
             }
         } else if !self.deltas_ready()? {
             match self.chunks.next().transpose()? {
@@ -1260,7 +1286,33 @@ impl Unpack<'_> {
             self.done = true;
             return Ok(None);
         }
-        Ok(Some((view(&key, 0..key.len() - 1), delta_value(&value)?)))
+        Ok(Some(Next::Delta(key, value)))
+    }
+
+    /// [`Engine::visit`] over this merge: each entity as a view into its
+    /// chunk (or its delta), with no slice taken.
+    fn visit(&mut self, f: &mut Visitor<'_>) -> Result<()> {
+        while !self.done {
+            let go_on = match self.step() {
+                Ok(None) => continue,
+                Ok(Some(Next::Entry(at))) => {
+                    let chunk = self.current.as_ref().expect("an entry's chunk");
+                    f(&chunk.value[at.0], &chunk.value, at.1)
+                }
+                Ok(Some(Next::Delta(key, value))) => match value.first() {
+                    Some(&DELTA_PUT) => {
+                        let len = value.len();
+                        f(&key[..key.len() - 1], &ByteView::from(value), 1..len)
+                    }
+                    _ => Err(corrupt("a damaged delta")),
+                },
+                Err(e) => Err(e),
+            };
+            if !go_on.inspect_err(|_| self.done = true)? {
+                self.done = true;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the first waiting delta may go without waiting for a chunk
@@ -1284,7 +1336,16 @@ impl Iterator for Unpack<'_> {
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
             match self.step() {
-                Ok(Some(pair)) => return Some(Ok(pair)),
+                Ok(Some(Next::Entry(at))) => {
+                    let chunk = self.current.as_ref().expect("an entry's chunk");
+                    return Some(Ok((
+                        Bytes::from(chunk.value.slice(at.0)),
+                        Bytes::from(chunk.value.slice(at.1)),
+                    )));
+                }
+                Ok(Some(Next::Delta(key, value))) => {
+                    return Some(delta_value(&value).map(|v| (view(&key, 0..key.len() - 1), v)));
+                }
                 Ok(None) => {}
                 Err(e) => {
                     self.done = true;
@@ -1328,6 +1389,27 @@ mod tests {
             key: k,
             value: v.to_vec(),
         }
+    }
+
+    /// The pairs [`Engine::visit`] hands out, stopping after `most`.
+    fn visited(
+        p: &Packed,
+        start: &Bound<Vec<u8>>,
+        end: &Bound<Vec<u8>>,
+        most: usize,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        p.visit(
+            Space::Entities,
+            start.clone(),
+            end.clone(),
+            &mut |k, buf, v| {
+                out.push((k.to_vec(), buf[v].to_vec()));
+                Ok(out.len() < most)
+            },
+        )
+        .expect("visit");
+        out
     }
 
     fn pairs(iter: KvIter<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -1492,6 +1574,8 @@ mod tests {
             let all = pairs(p.scan(Space::Entities, Bound::Unbounded, Bound::Unbounded));
             let expected: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             assert_eq!(all, expected, "full scan");
+            let (from, to) = (Bound::Unbounded, Bound::Unbounded);
+            assert_eq!(visited(p, &from, &to, usize::MAX), expected, "full visit");
             for (k, start, end) in probes {
                 let get = |p: &Packed| p.get(Space::Entities, k).expect("get").map(|v| v.to_vec());
                 assert_eq!(get(p), model.get(k).cloned(), "get {k:?}");
@@ -1557,6 +1641,18 @@ mod tests {
                     pairs(p.scan(Space::Entities, start.clone(), end.clone())),
                     expected,
                     "scan {start:?}..{end:?}"
+                );
+                assert_eq!(
+                    visited(p, start, end, usize::MAX),
+                    expected,
+                    "visit {start:?}..{end:?}"
+                );
+                // A visitor that stops: the first pairs, and no more.
+                let half = expected.len().div_ceil(2).max(1);
+                assert_eq!(
+                    visited(p, start, end, half),
+                    expected[..half.min(expected.len())],
+                    "visit {start:?}..{end:?} stopping after {half}"
                 );
             }
         }

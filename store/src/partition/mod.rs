@@ -376,7 +376,7 @@ impl PartitionedStore {
         let Some(start) = self.shared.store.page_start(table, query, req)? else {
             return Ok(Page {
                 entities: Vec::new(),
-                encoded: Vec::new(),
+                encoded: Default::default(),
                 scanned: 0,
                 continuation: None,
             });

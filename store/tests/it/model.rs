@@ -1248,9 +1248,8 @@ impl Harness {
                 .unwrap_or_else(|e| panic!("{ctx} page {pages} of {query:#?}: {e}"));
             if req.encoded {
                 assert!(page.entities.is_empty(), "{ctx} decoded an encoded page");
-                page.entities = page
-                    .encoded
-                    .drain(..)
+                page.entities = std::mem::take(&mut page.encoded)
+                    .iter()
                     .map(|e| {
                         let mut e = e.decode().expect("stored entities decode");
                         if let Some(p) = &query.projection {
