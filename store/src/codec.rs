@@ -355,45 +355,43 @@ impl<'a> RawProperty<'a> {
     /// ~7% of its time in the stall of reading it back).
     #[inline]
     pub fn int32(&self) -> Option<i32> {
-        (self.tag == TAG_INT32)
-            .then(|| i32::from_be_bytes(self.payload.try_into().expect("framed as 4 bytes")))
+        (self.tag == TAG_INT32).then(|| i32::from_be_bytes(self.fixed()))
     }
 
     /// The value, if the property is an Int64 (see [`RawProperty::int32`]).
     #[inline]
     pub fn int64(&self) -> Option<i64> {
-        (self.tag == TAG_INT64)
-            .then(|| i64::from_be_bytes(self.payload.try_into().expect("framed as 8 bytes")))
+        (self.tag == TAG_INT64).then(|| i64::from_be_bytes(self.fixed()))
     }
 
     /// The value, if the property is a Double (see [`RawProperty::int32`]).
     #[inline]
     pub fn double(&self) -> Option<f64> {
-        (self.tag == TAG_DOUBLE).then(|| {
-            f64::from_bits(u64::from_be_bytes(
-                self.payload.try_into().expect("framed as 8 bytes"),
-            ))
-        })
+        (self.tag == TAG_DOUBLE).then(|| f64::from_bits(u64::from_be_bytes(self.fixed())))
+    }
+
+    /// The payload of a fixed-width value, whose length its tag fixed when
+    /// it was framed.
+    #[inline]
+    fn fixed<const N: usize>(&self) -> [u8; N] {
+        self.payload.try_into().expect("framed to its tag's width")
     }
 
     /// The property's value.
     #[inline]
     pub fn value(&self) -> Result<ValueRef<'a>> {
         let p = self.payload;
-        let be8 = || -> [u8; 8] { p.try_into().expect("framed as 8 bytes") };
         Ok(match self.tag {
             TAG_STRING => ValueRef::String(
                 std::str::from_utf8(p)
                     .map_err(|_| StoreError::Corrupt("stored string is not UTF-8".into()))?,
             ),
-            TAG_INT32 => {
-                ValueRef::Int32(i32::from_be_bytes(p.try_into().expect("framed as 4 bytes")))
-            }
-            TAG_INT64 => ValueRef::Int64(i64::from_be_bytes(be8())),
-            TAG_DOUBLE => ValueRef::Double(f64::from_bits(u64::from_be_bytes(be8()))),
+            TAG_INT32 => ValueRef::Int32(i32::from_be_bytes(self.fixed())),
+            TAG_INT64 => ValueRef::Int64(i64::from_be_bytes(self.fixed())),
+            TAG_DOUBLE => ValueRef::Double(f64::from_bits(u64::from_be_bytes(self.fixed()))),
             TAG_BOOLEAN => ValueRef::Boolean(p[0] != 0),
-            TAG_DATETIME => ValueRef::DateTime(DateTime(i64::from_be_bytes(be8()))),
-            TAG_GUID => ValueRef::Guid(p.try_into().expect("framed as 16 bytes")),
+            TAG_DATETIME => ValueRef::DateTime(DateTime(i64::from_be_bytes(self.fixed()))),
+            TAG_GUID => ValueRef::Guid(self.fixed()),
             TAG_BINARY => ValueRef::Binary(p),
             other => return Err(StoreError::Corrupt(format!("unknown value tag {other}"))),
         })

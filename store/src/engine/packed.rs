@@ -201,12 +201,17 @@ fn delta_entity(engine_key: &[u8]) -> Result<&[u8]> {
     }
 }
 
-/// A delta's entity value.
-fn delta_value(value: &Bytes) -> Result<Bytes> {
+/// Where a delta's entity value lies in the delta's engine value.
+fn delta_value_at(value: &[u8]) -> Result<Range<usize>> {
     match value.first() {
-        Some(&DELTA_PUT) => Ok(view(value, 1..value.len())),
+        Some(&DELTA_PUT) => Ok(1..value.len()),
         _ => Err(corrupt("a damaged delta")),
     }
+}
+
+/// A delta's entity value.
+fn delta_value(value: &Bytes) -> Result<Bytes> {
+    Ok(view(value, delta_value_at(value)?))
 }
 
 /// A chunk's entries in order: where each key and value lies in it.
@@ -1299,13 +1304,8 @@ impl Unpack<'_> {
                     let chunk = self.current.as_ref().expect("an entry's chunk");
                     f(&chunk.value[at.0], &chunk.value, at.1)
                 }
-                Ok(Some(Next::Delta(key, value))) => match value.first() {
-                    Some(&DELTA_PUT) => {
-                        let len = value.len();
-                        f(&key[..key.len() - 1], &ByteView::from(value), 1..len)
-                    }
-                    _ => Err(corrupt("a damaged delta")),
-                },
+                Ok(Some(Next::Delta(key, value))) => delta_value_at(&value)
+                    .and_then(|at| f(&key[..key.len() - 1], &ByteView::from(value), at)),
                 Err(e) => Err(e),
             };
             if !go_on.inspect_err(|_| self.done = true)? {
