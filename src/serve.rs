@@ -192,6 +192,7 @@ fn start_metrics(addr: SocketAddr, store: Option<PartitionedStore>) -> Result<()
         .install()
         .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
     describe_metrics();
+    tablegate_gateway::telemetry::bind_metrics();
     // A remote service's partition layer publishes nothing to us.
     let Some(store) = store else {
         return Ok(());

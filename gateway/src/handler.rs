@@ -10,7 +10,7 @@
 //! first).
 
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -39,6 +39,9 @@ use pgwire::messages::extendedquery::{
 };
 use pgwire::messages::response::{EmptyQueryResponse, NoticeResponse, TransactionStatus};
 use pgwire::messages::simplequery::Query;
+use pgwire::types::FromSqlText;
+use pgwire::types::format::FormatOptions;
+use postgres_types::FromSqlOwned;
 use sqlparser::ast::{self, Statement};
 use tablegate_catalog::{ColumnRef, SqlType};
 use tablegate_planner::{Plan, Planner, Route, SelectPlan, Transaction, WritePlan};
@@ -1993,8 +1996,17 @@ impl QueryParser for StatementParser {
         stmt: &Prepared,
         format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        Ok(match stmt {
-            Prepared::Select(s) => s.fields(format).as_ref().clone(),
+        Ok(Arc::unwrap_or_clone(self.result_fields(stmt, format)))
+    }
+}
+
+impl StatementParser {
+    /// A statement's result columns in `format`: a prepared SELECT's are
+    /// shared, not copied (a portal is described on every execution that
+    /// libpq sends).
+    fn result_fields(&self, stmt: &Prepared, format: Option<&Format>) -> Arc<Vec<FieldInfo>> {
+        Arc::new(match stmt {
+            Prepared::Select(s) => return s.fields(format),
             Prepared::Write(w) => fields(&w.returning, format),
             Prepared::Engine {
                 plan,
@@ -2014,9 +2026,36 @@ impl QueryParser for StatementParser {
     }
 }
 
-/// Decodes parameter `i` of a portal as the SQL type the planner inferred,
-/// honouring the type the client declared (tokio-postgres and JDBC bind
-/// typed values; psql and simple drivers send text).
+/// Parameter `i` of a portal as `T`: what pgwire's `Portal::parameter`
+/// does, except that a text-format value is parsed with one shared
+/// `FormatOptions`. pgwire builds a default one (four `String`s) per call,
+/// which was 8 of the ~55 allocations of a prepared point lookup.
+fn portal_param<'a, T>(portal: &'a Portal<Prepared>, i: usize, ty: &Type) -> PgWireResult<Option<T>>
+where
+    T: FromSqlOwned + FromSqlText<'a>,
+{
+    static TEXT_FORMAT: LazyLock<FormatOptions> = LazyLock::new(FormatOptions::default);
+    if !T::accepts(ty) {
+        return Err(PgWireError::InvalidRustTypeForParameter(
+            ty.name().to_owned(),
+        ));
+    }
+    let raw = portal
+        .parameters
+        .get(i)
+        .ok_or(PgWireError::ParameterIndexOutOfBound(i))?;
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    if portal.parameter_format.is_binary(i) {
+        T::from_sql(ty, raw)
+    } else {
+        T::from_sql_text(ty, raw, &TEXT_FORMAT)
+    }
+    .map(Some)
+    .map_err(PgWireError::FailedToParseParameter)
+}
+
 /// An EXECUTE parameter: a constant (number, string, boolean, NULL,
 /// possibly negated or cast), read as the statement's parameter type.
 fn constant_param(e: &ast::Expr, want: SqlType) -> Result<Option<Value>, PgError> {
@@ -2054,6 +2093,9 @@ fn constant_param(e: &ast::Expr, want: SqlType) -> Result<Option<Value>, PgError
     }
 }
 
+/// Decodes parameter `i` of a portal as the SQL type the planner inferred,
+/// honouring the type the client declared (tokio-postgres and JDBC bind
+/// typed values; psql and simple drivers send text).
 fn decode_param(
     portal: &Portal<Prepared>,
     i: usize,
@@ -2069,36 +2111,30 @@ fn decode_param(
         .unwrap_or_else(|| pg_type(want));
     let bad = |e: PgWireError| PgError::new("22P02", format!("parameter ${}: {e}", i + 1));
     let v: Option<Value> = match declared {
-        Type::INT2 => portal
-            .parameter::<i16>(i, &declared)
+        Type::INT2 => portal_param::<i16>(portal, i, &declared)
             .map_err(bad)?
             .map(|v| Value::Int64(v.into())),
-        Type::INT4 => portal
-            .parameter::<i32>(i, &declared)
+        Type::INT4 => portal_param::<i32>(portal, i, &declared)
             .map_err(bad)?
             .map(|v| Value::Int64(v.into())),
-        Type::INT8 => portal
-            .parameter::<i64>(i, &declared)
+        Type::INT8 => portal_param::<i64>(portal, i, &declared)
             .map_err(bad)?
             .map(Value::Int64),
-        Type::FLOAT4 => portal
-            .parameter::<f32>(i, &declared)
+        Type::FLOAT4 => portal_param::<f32>(portal, i, &declared)
             .map_err(bad)?
             .map(|v| Value::Double(v.into())),
-        Type::FLOAT8 => portal
-            .parameter::<f64>(i, &declared)
+        Type::FLOAT8 => portal_param::<f64>(portal, i, &declared)
             .map_err(bad)?
             .map(Value::Double),
-        Type::BOOL => portal
-            .parameter::<bool>(i, &declared)
+        Type::BOOL => portal_param::<bool>(portal, i, &declared)
             .map_err(bad)?
             .map(Value::Boolean),
-        Type::TIMESTAMPTZ => portal
-            .parameter::<chrono::DateTime<chrono::FixedOffset>>(i, &declared)
-            .map_err(bad)?
-            .map(|t| Value::DateTime(tablegate_store::DateTime(t.timestamp_micros()))),
-        Type::TIMESTAMP => portal
-            .parameter::<chrono::NaiveDateTime>(i, &declared)
+        Type::TIMESTAMPTZ => {
+            portal_param::<chrono::DateTime<chrono::FixedOffset>>(portal, i, &declared)
+                .map_err(bad)?
+                .map(|t| Value::DateTime(tablegate_store::DateTime(t.timestamp_micros())))
+        }
+        Type::TIMESTAMP => portal_param::<chrono::NaiveDateTime>(portal, i, &declared)
             .map_err(bad)?
             .map(|t| Value::DateTime(tablegate_store::DateTime(t.and_utc().timestamp_micros()))),
         // Binary-format bytea and uuid are their raw bytes (text format
@@ -2119,9 +2155,16 @@ fn decode_param(
                 })?)),
             }
         }
-        _ => match portal.parameter::<String>(i, &Type::TEXT).map_err(bad)? {
-            None => None,
-            Some(s) => Some(want.parse_text(&s).map_err(|e| PgError::from(&e))?),
+        // Text, in either format, is its UTF-8 bytes: parsed where it lies.
+        _ => match portal.parameters.get(i) {
+            None => return Err(bad(PgWireError::ParameterIndexOutOfBound(i))),
+            Some(None) => None,
+            Some(Some(raw)) => {
+                let text = std::str::from_utf8(raw).map_err(|e| {
+                    PgError::new("22021", format!("parameter ${}: not UTF-8: {e}", i + 1))
+                })?;
+                Some(want.parse_text(text).map_err(|e| PgError::from(&e))?)
+            }
         },
     };
     // Numbers meet the column's numeric type; everything else must match.
@@ -2167,15 +2210,19 @@ where
             ))
             .await?;
     }
-    let message = if d.is_no_data() {
+    client.feed(row_description(d.fields())).await?;
+    Ok(())
+}
+
+/// RowDescription of `fields`, or NoData when there are none.
+fn row_description(fields: &[FieldInfo]) -> PgWireBackendMessage {
+    if fields.is_empty() {
         PgWireBackendMessage::NoData(NoData::new())
     } else {
         PgWireBackendMessage::RowDescription(RowDescription::new(
-            d.fields().iter().map(Into::into).collect(),
+            fields.iter().map(Into::into).collect(),
         ))
-    };
-    client.feed(message).await?;
-    Ok(())
+    }
 }
 
 #[async_trait]
@@ -2256,8 +2303,13 @@ impl ExtendedQueryHandler for ConnHandler {
             },
             TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
                 Some(Entry::Value(portal)) => {
-                    let r = self.do_describe_portal(client, &portal).await?;
-                    feed_describe(client, &r).await
+                    // pgwire's do_describe_portal, without copying the fields.
+                    let fields = self.parser.result_fields(
+                        &portal.statement.statement,
+                        Some(&portal.result_column_format),
+                    );
+                    client.feed(row_description(&fields)).await?;
+                    Ok(())
                 }
                 Some(Entry::Empty) => {
                     feed_describe(client, &DescribePortalResponse::no_data()).await

@@ -235,3 +235,89 @@ fn bind_with_wrong_format_code_counts_is_a_protocol_error() {
     assert!(text.contains("08P01"), "{text:?}");
     assert!(text.contains("still_here"), "the session goes on: {text:?}");
 }
+
+/// The tags of the backend messages in `bytes`, after the startup's
+/// (everything up to its first ReadyForQuery).
+fn tags_after_startup(bytes: &[u8]) -> Vec<u8> {
+    let mut tags = Vec::new();
+    let mut at = 0;
+    while at + 5 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
+        tags.push(bytes[at]);
+        at += 1 + len;
+    }
+    let ready = tags.iter().position(|&t| t == b'Z').expect("startup ends");
+    tags.split_off(ready + 1)
+}
+
+/// Describe answers as PostgreSQL's does: a statement without result
+/// columns gets its ParameterDescription and then NoData (not an empty
+/// RowDescription), a SELECT portal its RowDescription, and a portal
+/// without result columns NoData.
+#[test]
+fn describe_sends_no_data_for_statements_without_columns() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let parse = |name: &[u8], sql: &[u8]| {
+        let mut p = name.to_vec();
+        p.push(0);
+        p.extend_from_slice(sql);
+        p.push(0);
+        p.extend_from_slice(&0u16.to_be_bytes());
+        msg(b'P', &p)
+    };
+    // Binds `portal` to `stmt` with one text parameter.
+    let bind = |portal: &[u8], stmt: &[u8], value: &[u8]| {
+        let mut b = portal.to_vec();
+        b.push(0);
+        b.extend_from_slice(stmt);
+        b.push(0);
+        b.extend_from_slice(&0u16.to_be_bytes());
+        b.extend_from_slice(&1u16.to_be_bytes());
+        b.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        b.extend_from_slice(value);
+        b.extend_from_slice(&0u16.to_be_bytes());
+        msg(b'B', &b)
+    };
+    let describe = |kind: u8, name: &[u8]| {
+        let mut d = vec![kind];
+        d.extend_from_slice(name);
+        d.push(0);
+        msg(b'D', &d)
+    };
+    let out = [
+        startup(),
+        parse(
+            b"del",
+            b"DELETE FROM registrations WHERE race = $1 AND runner = 'nobody'",
+        ),
+        describe(b'S', b"del"),
+        parse(b"sel", b"SELECT name FROM registrations WHERE race = $1"),
+        describe(b'S', b"sel"),
+        bind(b"p_sel", b"sel", b"no such race"),
+        describe(b'P', b"p_sel"),
+        bind(b"p_del", b"del", b"no such race"),
+        describe(b'P', b"p_del"),
+        msg(b'S', &[]),
+    ]
+    .concat();
+    c.write_all(&out).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        let tags = tags_after_startup(&got);
+        if tags.last() == Some(&b'Z') {
+            break;
+        }
+    }
+    let tags = String::from_utf8(tags_after_startup(&got)).unwrap();
+    // ParseComplete, ParameterDescription, NoData; ParseComplete,
+    // ParameterDescription, RowDescription; BindComplete, RowDescription;
+    // BindComplete, NoData; ReadyForQuery.
+    assert_eq!(tags, "1tn1tT2T2nZ", "{:?}", String::from_utf8_lossy(&got));
+}
