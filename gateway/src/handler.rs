@@ -2005,7 +2005,8 @@ impl StatementParser {
     /// shared, not copied (a portal is described on every execution that
     /// libpq sends).
     fn result_fields(&self, stmt: &Prepared, format: Option<&Format>) -> Arc<Vec<FieldInfo>> {
-        Arc::new(match stmt {
+        let fields = match stmt {
+            // Made at prepare time; the others are made when asked.
             Prepared::Select(s) => return s.fields(format),
             Prepared::Write(w) => fields(&w.returning, format),
             Prepared::Engine {
@@ -2022,7 +2023,8 @@ impl StatementParser {
                 .map(|c| c.fields(format))
                 .unwrap_or_default(),
             _ => Vec::new(),
-        })
+        };
+        Arc::new(fields)
     }
 }
 
