@@ -19,16 +19,24 @@
 //! that reached journal `k` is therefore durable once `k` is fsynced or once
 //! `k + 1` exists. If no journal file is found, the sync falls back to
 //! fjall's own `persist`.
+//!
+//! **Why batches pass a gate.** In [`Durability::Sync`] a thread keeps the
+//! active journal zero-filled ahead of fjall's writer, so a commit's
+//! fdatasync writes data, not block allocations
+//! ([`journal_fill`](super::journal_fill)). Batches are appended holding the
+//! gate shared; the zeros go in holding it exclusively.
 
 use std::fs::File;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fjall::config::{BlockSizePolicy, HashRatioPolicy};
 use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use parking_lot::{Condvar, Mutex};
 
+use super::journal_fill::{JournalFill, JournalGate};
 use super::{Bytes, Durability, Engine, KvIter, Mutation, Space};
 use crate::error::{Result, StoreError};
 
@@ -68,6 +76,11 @@ fn entity_keyspace_options() -> KeyspaceCreateOptions {
 /// writing thread, and the packed layout's chunks (up to 8 KiB) are such
 /// values. Data blocks on disk stay compressed.
 pub(crate) struct FjallEngine {
+    /// Declared first so it stops before the database closes.
+    fill: Option<JournalFill>,
+    /// Held shared while fjall appends a batch to its journal, exclusively
+    /// while the fill writes zeros past it ([`journal_fill`](super::journal_fill)).
+    gate: Arc<JournalGate>,
     db: Database,
     entities: Keyspace,
     meta: Keyspace,
@@ -107,23 +120,23 @@ struct JournalFile {
     current: Option<(u64, File)>,
 }
 
+/// The highest journal id in the database folder `dir`.
+pub(super) fn newest_journal(dir: &Path) -> std::io::Result<Option<u64>> {
+    let mut newest = None;
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let id = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".jnl"))
+            .and_then(|n| n.parse::<u64>().ok());
+        newest = newest.max(id);
+    }
+    Ok(newest)
+}
+
 impl JournalFile {
     fn path(&self, id: u64) -> PathBuf {
         self.dir.join(format!("{id}.jnl"))
-    }
-
-    /// The highest journal id in the folder.
-    fn newest(dir: &Path) -> std::io::Result<Option<u64>> {
-        let mut newest = None;
-        for entry in std::fs::read_dir(dir)? {
-            let name = entry?.file_name();
-            let id = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".jnl"))
-                .and_then(|n| n.parse::<u64>().ok());
-            newest = newest.max(id);
-        }
-        Ok(newest)
     }
 
     /// Makes every batch appended to the journal before this call durable.
@@ -131,7 +144,7 @@ impl JournalFile {
     fn sync(&mut self) -> std::io::Result<bool> {
         let mut id = match &self.current {
             Some((id, _)) => *id,
-            None => match Self::newest(&self.dir)? {
+            None => match newest_journal(&self.dir)? {
                 Some(id) => id,
                 None => return Ok(false),
             },
@@ -161,6 +174,18 @@ impl std::fmt::Debug for FjallEngine {
 impl FjallEngine {
     /// Opens or creates the database in `path`, recovering its journal.
     pub(crate) fn open(path: &Path, durability: Durability, cache_bytes: u64) -> Result<Self> {
+        Self::open_with(path, durability, cache_bytes, true)
+    }
+
+    /// [`open`](Self::open); `zero_fill: false` leaves the journal sparse
+    /// (tests that drive a [`Filler`](super::journal_fill::Filler) by hand:
+    /// there must never be two fillers for one journal).
+    fn open_with(
+        path: &Path,
+        durability: Durability,
+        cache_bytes: u64,
+        zero_fill: bool,
+    ) -> Result<Self> {
         let db = Database::builder(path)
             .cache_size(cache_bytes)
             .manual_journal_persist(true)
@@ -170,7 +195,17 @@ impl FjallEngine {
         let entities = db.keyspace("entities", entity_keyspace_options)?;
         let meta = ks("meta")?;
         let stats = ks("stats")?;
+        let gate = Arc::new(JournalGate::new(()));
+        // Only synced commits wait for fdatasync; buffered ones gain nothing.
+        let fill = match durability {
+            Durability::Sync if zero_fill => JournalFill::start(path, Arc::clone(&gate))
+                .inspect_err(|e| tracing::warn!("journal zero-fill not started: {e}"))
+                .ok(),
+            _ => None,
+        };
         Ok(FjallEngine {
+            fill,
+            gate,
             db,
             entities,
             meta,
@@ -228,6 +263,9 @@ impl FjallEngine {
         }
         drop(state);
         self.sync_done.notify_all();
+        if let Some(fill) = &self.fill {
+            fill.nudge();
+        }
         synced
     }
 
@@ -274,7 +312,10 @@ impl Engine for FjallEngine {
                 Mutation::Delete { space, key } => wb.remove(self.keyspace(space), key),
             }
         }
-        wb.commit()?;
+        {
+            let _shared = self.gate.read();
+            wb.commit()?;
+        }
         let ticket = self.written.fetch_add(1, Ordering::AcqRel) + 1;
         match self.durability {
             Durability::Sync => self.sync_through(ticket),
@@ -307,7 +348,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let engine = FjallEngine::open(dir.path(), Durability::Sync, 1 << 20).expect("open");
         engine.apply(vec![put(1)]).expect("write");
-        let newest = JournalFile::newest(dir.path()).expect("listed");
+        let newest = newest_journal(dir.path()).expect("listed");
         assert!(newest.is_some(), "no <id>.jnl in the database folder");
         let current = engine.journal.lock().current.as_ref().map(|(id, _)| *id);
         assert_eq!(current, newest, "the sync opened the newest journal");
@@ -332,6 +373,67 @@ mod tests {
         std::fs::write(dir.path().join("6.jnl"), b"").expect("file");
         assert!(j.sync().expect("synced"));
         assert_eq!(j.current.as_ref().map(|(id, _)| *id), Some(6));
+    }
+
+    /// The journal zero-fill stays ahead of fjall's writer and never
+    /// touches a batch: it fills a fresh database's journal past fjall's
+    /// position, every batch written in between is there after a reopen,
+    /// and a journal fjall reopened for appending is left alone.
+    #[test]
+    fn zero_fill_runs_ahead_of_the_journal_without_touching_batches() {
+        use super::super::journal_fill::{CHUNK, Filler, LOOKAHEAD};
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let value = |i: u32| vec![u8::try_from(i % 251).expect("byte"); 8 * 1024];
+        let n = 800u32; // ~6.4 MiB of journal: crosses several chunks
+        let journal_bytes = |id: u64| {
+            let m = std::fs::metadata(dir.path().join(format!("{id}.jnl"))).expect("journal");
+            (m.len(), m.blocks() * 512)
+        };
+        {
+            let engine =
+                FjallEngine::open_with(dir.path(), Durability::Sync, 1 << 20, false).expect("open");
+            let id = newest_journal(dir.path())
+                .expect("listed")
+                .expect("a journal");
+            let (len, allocated_before) = journal_bytes(id);
+            let mut filler = Filler::new(dir.path(), Arc::clone(&engine.gate));
+            let mut filled = 0;
+            for i in 0..n {
+                engine
+                    .apply(vec![Mutation::Put {
+                        space: Space::Entities,
+                        key: format!("k{i:06}").into_bytes(),
+                        value: value(i),
+                    }])
+                    .expect("write");
+                if i % 50 == 0 {
+                    filler.step();
+                    filled = filler.zeroed_to().expect("a fresh journal is filled");
+                }
+            }
+            let (_, allocated) = journal_bytes(id);
+            assert!(
+                filled >= LOOKAHEAD.min(len) && filled <= len,
+                "filled to {filled} (journal length {len})"
+            );
+            assert!(
+                allocated >= allocated_before + CHUNK && allocated >= filled,
+                "blocks written ahead: {allocated} bytes allocated, filled to {filled}"
+            );
+        }
+        let engine =
+            FjallEngine::open_with(dir.path(), Durability::Sync, 1 << 20, false).expect("reopen");
+        for i in 0..n {
+            let got = engine.get(Space::Entities, format!("k{i:06}").as_bytes());
+            let got = got.expect("read").map(|v| v.to_vec());
+            assert!(got == Some(value(i)), "key {i} lost or changed");
+        }
+        // fjall reopened the journal in append mode: its writes would land
+        // after any zeros, so the fill keeps out.
+        let mut filler = Filler::new(dir.path(), Arc::clone(&engine.gate));
+        filler.step();
+        assert_eq!(filler.zeroed_to(), None);
     }
 
     /// Many writers share fsyncs: every write returns, and every

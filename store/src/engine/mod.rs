@@ -2,7 +2,8 @@
 //! its two implementations: [`fjall`](fjall_engine) (durable, the default)
 //! and [`memory`] (a BTreeMap, for tests and throwaway stores), and
 //! [`packed`], the layer over either that keeps the entities keyspace as
-//! chunks of several entities per engine pair.
+//! chunks of several entities per engine pair. [`journal_fill`] keeps the
+//! durable engine's journal zero-filled ahead of its writer.
 //!
 //! The engines know bytes, three keyspaces and atomic batches; nothing about
 //! entities. Only [`packed`] knows the shape of an entity key (a partition
@@ -11,6 +12,7 @@
 //! store crate sees this trait or fjall.
 
 pub(crate) mod fjall_engine;
+mod journal_fill;
 pub(crate) mod memory;
 pub(crate) mod packed;
 
