@@ -54,12 +54,17 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 /// How far ahead of fjall's position the journal is kept zero-filled.
-/// Commits append up to ~40 MiB/s here (COPY); the thread looks every
-/// [`PAUSE`], so this is several looks' worth.
+/// A COPY of 1M rows appends ~32 MiB/s here (three 64 MiB journals in
+/// 5.9 s); the thread looks every [`PAUSE`], so this is many looks' worth.
 pub(crate) const LOOKAHEAD: u64 = 8 << 20;
 
 /// Bytes zero-filled per look. Writers wait for the gate while a chunk is
-/// written into the page cache (~0.3 ms for 2 MiB), not while it is synced.
+/// written into the page cache, not while it is synced: measured here,
+/// 5.8 ms at the median to write 2 MiB of zeros into a sparse file. That
+/// stall is paid once per 2 MiB of journal (~200 transactions of 100
+/// INSERTs), against ~0.07 ms saved on each of their fdatasyncs.
+/// Deliberately not tuned further: a smaller chunk lowers the worst stall
+/// but not the total.
 pub(crate) const CHUNK: u64 = 2 << 20;
 
 /// The least time between two looks, so a busy group commit (thousands of
