@@ -134,6 +134,15 @@ pub(super) fn newest_journal(dir: &Path) -> std::io::Result<Option<u64>> {
     Ok(newest)
 }
 
+/// The newest journal at or after journal `id`, found by probing the next
+/// ids one at a time (cheaper than listing the folder).
+pub(super) fn follow_rotations(dir: &Path, mut id: u64) -> std::io::Result<u64> {
+    while dir.join(format!("{}.jnl", id + 1)).try_exists()? {
+        id += 1;
+    }
+    Ok(id)
+}
+
 impl JournalFile {
     fn path(&self, id: u64) -> PathBuf {
         self.dir.join(format!("{id}.jnl"))
@@ -151,9 +160,7 @@ impl JournalFile {
         };
         // Rotations since the last sync: the journals they sealed were
         // fsynced by fjall before their successor was created.
-        while self.path(id + 1).try_exists()? {
-            id += 1;
-        }
+        id = follow_rotations(&self.dir, id)?;
         if self.current.as_ref().is_none_or(|(cur, _)| *cur != id) {
             self.current = Some((id, File::open(self.path(id))?));
         }

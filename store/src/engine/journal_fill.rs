@@ -206,15 +206,20 @@ impl Filler {
     /// Follows rotations and fills one chunk if fjall is within
     /// [`LOOKAHEAD`] of the zeros. Errors disable filling for this journal.
     pub(crate) fn step(&mut self) {
-        let newest = match super::fjall_engine::newest_journal(&self.dir) {
-            Ok(Some(id)) => id,
-            _ => return,
-        };
         let current = match &self.target {
             Some(Ok(t)) => Some(t.id),
             Some(Err(id)) => Some(*id),
             None => None,
         };
+        // The folder is listed once; after that, rotations are followed
+        // the way the group commit follows them.
+        let newest = match current {
+            Some(id) => super::fjall_engine::follow_rotations(&self.dir, id).ok(),
+            None => super::fjall_engine::newest_journal(&self.dir)
+                .ok()
+                .flatten(),
+        };
+        let Some(newest) = newest else { return };
         if current != Some(newest) {
             self.target = Some(self.open(newest).ok_or(newest));
         }
