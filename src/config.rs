@@ -22,10 +22,12 @@ pub struct Settings {
     pub data: PathBuf,
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// Most concurrent connections; more are refused with SQLSTATE 53300.
+    /// Most authenticated sessions; more are refused with SQLSTATE 53300.
     pub max_connections: usize,
-    /// Memory one session's analytics queries may hold, in MiB.
+    /// Memory the analytics engine may hold, all sessions together, in MiB.
     pub engine_memory_mb: usize,
+    /// What one client may hold or make the server wait for.
+    pub limits: Limits,
     /// Prometheus endpoint (`http://ADDR/metrics`); none when unset.
     pub metrics_listen: Option<SocketAddr>,
     /// Throttling at the scalability targets.
@@ -60,6 +62,7 @@ impl Default for Settings {
             listen: "127.0.0.1:5433".parse().expect("address"),
             max_connections: 100,
             engine_memory_mb: 1024,
+            limits: Limits::default(),
             metrics_listen: None,
             throttle: Throttle::default(),
             partitions: Partitions::default(),
@@ -96,6 +99,44 @@ impl Default for Throttle {
             per_server: t.per_server,
             per_account: t.per_account,
             burst: t.burst,
+        }
+    }
+}
+
+/// `[limits]`: admission control and the analytics engine's queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Slots of `max_connections` kept for `reserved_for` (at most
+    /// `max_connections` - 1 take effect).
+    pub reserved_connections: usize,
+    /// Users who may take a reserved slot.
+    pub reserved_for: Vec<String>,
+    /// Connections still authenticating at once; a new one evicts the
+    /// oldest.
+    pub max_starting_connections: usize,
+    /// Seconds a client has to authenticate.
+    pub authentication_timeout: u64,
+    /// Largest message after authentication, in MiB.
+    pub max_message_mb: usize,
+    /// Analytics statements running at once; more wait.
+    pub analytics_concurrency: usize,
+    /// Seconds an analytics statement waits for its turn before 53000.
+    pub analytics_queue_wait: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        let l = tablegate_gateway::admission::Limits::default();
+        let s = tablegate_gateway::ServerConfig::default();
+        Limits {
+            reserved_connections: l.reserved_connections,
+            reserved_for: l.reserved_for,
+            max_starting_connections: l.max_starting,
+            authentication_timeout: l.authentication_timeout.as_secs(),
+            max_message_mb: l.max_message_bytes >> 20,
+            analytics_concurrency: s.analytics_running,
+            analytics_queue_wait: s.analytics_queue_wait.as_secs(),
         }
     }
 }
@@ -224,11 +265,34 @@ pub struct ServeArgs {
     /// authentication is refused on other than loopback addresses.
     #[arg(long, env = "TABLEGATE_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// Most concurrent connections; more are refused with 53300 [default: 100].
+    /// Most authenticated sessions; more are refused with 53300 [default: 100].
     #[arg(long, env = "TABLEGATE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
-    /// Memory one session's analytics queries may hold, in MiB; sorts and
-    /// aggregates spill, what cannot spill fails with 53200 [default: 1024].
+    /// Slots of --max-connections kept for the users of
+    /// `limits.reserved_for` [default: 3].
+    #[arg(long, env = "TABLEGATE_RESERVED_CONNECTIONS")]
+    pub reserved_connections: Option<usize>,
+    /// Connections still authenticating at once; a new one evicts the
+    /// oldest [default: 64].
+    #[arg(long, env = "TABLEGATE_MAX_STARTING_CONNECTIONS")]
+    pub max_starting_connections: Option<usize>,
+    /// Seconds a client has to authenticate [default: 60].
+    #[arg(long, env = "TABLEGATE_AUTHENTICATION_TIMEOUT")]
+    pub authentication_timeout: Option<u64>,
+    /// Largest message after authentication, in MiB [default: 64].
+    #[arg(long, env = "TABLEGATE_MAX_MESSAGE_MB")]
+    pub max_message_mb: Option<usize>,
+    /// Analytics statements running at once; more wait their turn
+    /// [default: 4].
+    #[arg(long, env = "TABLEGATE_ANALYTICS_CONCURRENCY")]
+    pub analytics_concurrency: Option<usize>,
+    /// Seconds an analytics statement waits for its turn before it is
+    /// refused with 53000 [default: 10].
+    #[arg(long, env = "TABLEGATE_ANALYTICS_QUEUE_WAIT")]
+    pub analytics_queue_wait: Option<u64>,
+    /// Memory the analytics engine may hold, all sessions together, in
+    /// MiB; sorts and aggregates spill, what cannot spill fails with 53200
+    /// [default: 1024].
     #[arg(long, env = "TABLEGATE_ENGINE_MEMORY_MB")]
     pub engine_memory_mb: Option<usize>,
     /// Serve Prometheus metrics on http://ADDR/metrics.
@@ -301,6 +365,12 @@ impl ServeArgs {
         over!(self.data => s.data);
         over!(self.listen => s.listen);
         over!(self.max_connections => s.max_connections);
+        over!(self.reserved_connections => s.limits.reserved_connections);
+        over!(self.max_starting_connections => s.limits.max_starting_connections);
+        over!(self.authentication_timeout => s.limits.authentication_timeout);
+        over!(self.max_message_mb => s.limits.max_message_mb);
+        over!(self.analytics_concurrency => s.limits.analytics_concurrency);
+        over!(self.analytics_queue_wait => s.limits.analytics_queue_wait);
         over!(self.engine_memory_mb => s.engine_memory_mb);
         if self.metrics_listen.is_some() {
             s.metrics_listen = self.metrics_listen;
@@ -367,6 +437,17 @@ impl Settings {
         if self.engine_memory_mb == 0 {
             return Err("engine_memory_mb must be positive".into());
         }
+        let l = &self.limits;
+        if l.max_starting_connections == 0
+            || l.authentication_timeout == 0
+            || l.max_message_mb == 0
+            || l.analytics_concurrency == 0
+        {
+            return Err("limits.max_starting_connections, authentication_timeout, max_message_mb and analytics_concurrency must be positive".into());
+        }
+        if l.max_message_mb > 1023 {
+            return Err("limits.max_message_mb must be below 1024 (the protocol's 1 GiB)".into());
+        }
         // Session settings are checked as SET would check them.
         tablegate_gateway::session::Session::with_defaults(&self.session.settings())
             .map_err(|e| format!("session setting: {}", e.message))?;
@@ -391,6 +472,39 @@ impl Settings {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
     }
+
+    /// As TOML with secrets replaced by `<redacted>`: user passwords and
+    /// the account key and SAS of the Azure connection string
+    /// (`--print-config` shows this; a terminal or log is no place for a
+    /// key).
+    pub fn to_toml_redacted(&self) -> String {
+        let mut s = self.clone();
+        for u in &mut s.auth.users {
+            u.password = REDACTED.to_owned();
+        }
+        if let Some(c) = &mut s.azure.connection_string {
+            *c = redact_connection_string(c);
+        }
+        s.to_toml()
+    }
+}
+
+const REDACTED: &str = "<redacted>";
+
+/// A storage connection string without its secrets.
+fn redact_connection_string(c: &str) -> String {
+    c.split(';')
+        .map(|part| match part.split_once('=') {
+            Some((k, _))
+                if k.trim().eq_ignore_ascii_case("AccountKey")
+                    || k.trim().eq_ignore_ascii_case("SharedAccessSignature") =>
+            {
+                format!("{k}={REDACTED}")
+            }
+            _ => part.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 #[cfg(test)]
@@ -418,6 +532,23 @@ mod tests {
         assert_eq!(s.session.page_size, 10);
         // The printed config reads back as the same settings.
         assert_eq!(toml::from_str::<Settings>(&s.to_toml()).unwrap(), s);
+        let mut secret = s.clone();
+        secret.auth.users.push(User {
+            name: "alice".into(),
+            password: "hunter2".into(),
+        });
+        secret.azure.connection_string = Some(
+            "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=c2VjcmV0;EndpointSuffix=core.windows.net".into(),
+        );
+        let shown = secret.to_toml_redacted();
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("c2VjcmV0"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("AccountName=acct;AccountKey=<redacted>"),
+            "{shown}"
+        );
     }
 
     #[test]

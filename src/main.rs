@@ -108,7 +108,11 @@ fn main() -> ExitCode {
         .thread_stack_size(8 << 20)
         .build()
         .expect("tokio runtime");
-    runtime.block_on(run())
+    let code = runtime.block_on(run());
+    // Work still running after the server stopped (a scan on the blocking
+    // pool) must not hold the process: stop within a bounded time.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    code
 }
 
 async fn set_user(name: String, data: PathBuf) -> Result<(), String> {
@@ -144,7 +148,7 @@ async fn run() -> ExitCode {
             Command::Serve(args) => {
                 let settings = args.resolve()?;
                 if args.print_config {
-                    print!("{}", settings.to_toml());
+                    print!("{}", settings.to_toml_redacted());
                     return Ok(());
                 }
                 let planner = serve::open(&settings).await?;
@@ -160,7 +164,7 @@ async fn run() -> ExitCode {
             } => {
                 let settings = args.resolve()?;
                 if args.print_config {
-                    print!("{}", settings.to_toml());
+                    print!("{}", settings.to_toml_redacted());
                     return Ok(());
                 }
                 let planner = demo::open(&settings.data, runners).await?;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tablegate_gateway::admission::Limits;
 use tablegate_gateway::{AuthMode, Server, ServerConfig, UserStore};
 use tablegate_planner::Planner;
 use tablegate_store::{Backend, LocalStore, PartitionedStore, StoreOptions};
@@ -78,11 +79,23 @@ pub async fn bind(planner: Planner, settings: &Settings) -> Result<Server, Strin
         Some(t) => Some(tablegate_gateway::tls::acceptor(&t.cert, &t.key)?),
         None => None,
     };
+    let l = &settings.limits;
     Server::bind(
         settings.listen,
         planner,
         ServerConfig {
-            max_connections: settings.max_connections,
+            limits: Limits {
+                max_connections: settings.max_connections,
+                reserved_connections: l
+                    .reserved_connections
+                    .min(settings.max_connections.saturating_sub(1)),
+                reserved_for: l.reserved_for.clone(),
+                max_starting: l.max_starting_connections,
+                authentication_timeout: Duration::from_secs(l.authentication_timeout),
+                max_message_bytes: l.max_message_mb << 20,
+            },
+            analytics_running: l.analytics_concurrency,
+            analytics_queue_wait: Duration::from_secs(l.analytics_queue_wait),
             engine_memory: settings.engine_memory_mb.saturating_mul(1 << 20),
             auth,
             tls,

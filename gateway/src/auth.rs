@@ -160,7 +160,9 @@ impl ScramStartup {
     ) -> Self {
         let mut params = DefaultServerParameterProvider::default();
         params.scram_iterations = SCRAM_ITERATIONS;
-        let inner = SASLAuthStartupHandler::new(Arc::new(params)).with_scram(ScramAuth::new(users));
+        let inner = SASLAuthStartupHandler::new(Arc::new(params))
+            .with_scram(ScramAuth::new(users))
+            .with_pid_secret_key_generator(crate::cancel::shared_pid_generator());
         ScramStartup {
             inner,
             registry,

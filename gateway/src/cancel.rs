@@ -2,18 +2,23 @@
 //! (process id, secret key) to its cancel signal.
 //!
 //! A CancelRequest arrives on a *new* socket; the registry finds the target
-//! session, checks the secret, and bumps the session's cancel generation.
+//! session by process id and secret together, and bumps the session's
+//! cancel generation. Process ids come from one generator for the whole
+//! process ([`pid_generator`]), whatever the authentication: pgwire's SCRAM
+//! handler, made per connection, would otherwise number every session
+//! alike.
 //! Every statement remembers the generation it started under; a statement
 //! still running when the generation moves ends with 57014 — while it plans,
 //! while it waits on the store, and while its rows stream.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use pgwire::api::cancel::CancelHandler;
+use pgwire::api::{PidSecretKeyGenerator, RandomPidSecretKeyGenerator};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::startup::SecretKey;
 use tokio::sync::Notify;
@@ -49,32 +54,64 @@ impl CancelSignal {
     }
 }
 
-/// All sessions that can be cancelled.
+/// The process ids and secret keys every session is given.
+pub fn pid_generator() -> &'static dyn PidSecretKeyGenerator {
+    static GENERATOR: LazyLock<RandomPidSecretKeyGenerator> =
+        LazyLock::new(RandomPidSecretKeyGenerator::default);
+    &*GENERATOR
+}
+
+/// The same generator, shared, for handlers that take it that way.
+pub fn shared_pid_generator() -> Arc<dyn PidSecretKeyGenerator> {
+    Arc::new(Shared)
+}
+
+struct Shared;
+
+impl PidSecretKeyGenerator for Shared {
+    fn generate(&self, client: &dyn pgwire::api::ClientInfo) -> (i32, SecretKey) {
+        pid_generator().generate(client)
+    }
+}
+
+/// A session's process id and secret key (as bytes).
+type SessionKey = (i32, Vec<u8>);
+
+/// All sessions that can be cancelled, by process id and secret key.
 #[derive(Debug, Default)]
 pub struct CancelRegistry {
-    sessions: Mutex<HashMap<i32, (SecretKey, Arc<CancelSignal>)>>,
+    sessions: Mutex<HashMap<SessionKey, Arc<CancelSignal>>>,
 }
 
 impl CancelRegistry {
     /// Registers a session after startup.
     pub fn register(&self, pid: i32, secret: SecretKey, signal: Arc<CancelSignal>) {
-        self.sessions.lock().insert(pid, (secret, signal));
+        self.sessions
+            .lock()
+            .insert((pid, key_bytes(&secret)), signal);
     }
 
     /// Forgets a session when its connection ends.
-    pub fn unregister(&self, pid: i32) {
-        self.sessions.lock().remove(&pid);
+    pub fn unregister(&self, pid: i32, signal: &Arc<CancelSignal>) {
+        self.sessions
+            .lock()
+            .retain(|(p, _), s| *p != pid || !Arc::ptr_eq(s, signal));
+    }
+
+    /// Sessions registered now.
+    pub fn len(&self) -> usize {
+        self.sessions.lock().len()
+    }
+
+    /// Whether no session is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Cancels the session if the secret matches (silently ignored
     /// otherwise, as PostgreSQL does).
     pub fn cancel(&self, pid: i32, secret: &SecretKey) {
-        let signal = self
-            .sessions
-            .lock()
-            .get(&pid)
-            .filter(|(s, _)| key_bytes(s) == key_bytes(secret))
-            .map(|(_, sig)| sig.clone());
+        let signal = self.sessions.lock().get(&(pid, key_bytes(secret))).cloned();
         if let Some(sig) = signal {
             sig.cancel();
         }
@@ -128,7 +165,14 @@ mod tests {
         let since = sig.generation();
         reg.cancel(7, &SecretKey::Bytes(42i32.to_be_bytes().to_vec().into()));
         assert_eq!(sig.generation(), since + 1);
-        reg.unregister(7);
+        // A second session under the same pid with another key is told
+        // apart by its key.
+        let other = Arc::new(CancelSignal::default());
+        reg.register(7, SecretKey::I32(43), other.clone());
+        reg.cancel(7, &SecretKey::I32(43));
+        assert_eq!(sig.generation(), since + 1);
+        assert_eq!(other.generation(), 1);
+        reg.unregister(7, &sig);
         reg.cancel(7, &SecretKey::I32(42));
         assert_eq!(
             sig.generation(),

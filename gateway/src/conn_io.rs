@@ -18,6 +18,12 @@
 //! - when the server stops, after the grace period, they are shut down
 //!   entirely ([`Sockets::stop_all`]).
 //!
+//! Every byte read also passes a frame guard ([`Frames`]) that follows the
+//! message boundaries and refuses a length over the limit as soon as its
+//! header arrives: 10,000 bytes before authentication, the configured
+//! `max_message_bytes` after. pgwire's codec would otherwise buffer a
+//! message whole (up to 1 GiB) before looking at it.
+//!
 //! Deliberately limited: TLS connections stay on the reactor (rustls reads
 //! and writes through tokio's types), and so are not drained: they end
 //! when their client leaves or when the grace period is over.
@@ -40,8 +46,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// would cost more than copying a request.
 const READ_CHUNK: usize = 8 * 1024;
 
-/// A connection's transport.
-pub(crate) enum ConnIo {
+/// A connection's transport and its frame guard.
+pub(crate) struct ConnIo {
+    transport: Transport,
+    frames: Frames,
+}
+
+/// How bytes move.
+enum Transport {
     /// Through tokio's reactor: startup, and TLS for the whole connection.
     Reactor(MaybeTls),
     /// A plain TCP socket in blocking mode, after startup.
@@ -52,25 +64,53 @@ pub(crate) enum ConnIo {
 
 impl std::fmt::Debug for ConnIo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ConnIo::Reactor(_) => "ConnIo::Reactor",
-            ConnIo::Blocking(_) => "ConnIo::Blocking",
-            ConnIo::Switching => "ConnIo::Switching",
+        f.write_str(match self.transport {
+            Transport::Reactor(_) => "ConnIo::Reactor",
+            Transport::Blocking(_) => "ConnIo::Blocking",
+            Transport::Switching => "ConnIo::Switching",
         })
     }
 }
 
 impl ConnIo {
+    /// A starting connection over `io`; `buffered` is what the codec has
+    /// already read from it (the guard starts after those bytes). With
+    /// `trusted_limit` (trust authentication, which is over once the
+    /// startup packet is read), messages after the startup packet may be
+    /// that long at once, so a client may pipeline its first query.
+    pub(crate) fn new(io: MaybeTls, buffered: &[u8], trusted_limit: Option<usize>) -> ConnIo {
+        let mut frames = Frames {
+            trusted_limit,
+            ..Frames::default()
+        };
+        // Already in the codec's buffer: checked like any read.
+        let _ = frames.check(buffered);
+        ConnIo {
+            transport: Transport::Reactor(io),
+            frames,
+        }
+    }
+
+    /// Whether the connection waits in blocking reads.
+    pub(crate) fn is_blocking(&self) -> bool {
+        matches!(self.transport, Transport::Blocking(_))
+    }
+
+    /// Authentication is over: messages may be up to `limit` bytes.
+    pub(crate) fn authenticated(&mut self, limit: usize) {
+        self.frames.limit = limit;
+    }
+
     /// Moves a plain TCP connection off the reactor into blocking mode and
     /// registers it with `sockets` (so a server stop can end its reads).
     /// TLS connections stay as they are.
     pub(crate) fn make_blocking(&mut self, sockets: &Sockets) -> io::Result<()> {
-        match std::mem::replace(self, ConnIo::Switching) {
-            ConnIo::Reactor(MaybeTls::Plain(tcp)) => {
+        match std::mem::replace(&mut self.transport, Transport::Switching) {
+            Transport::Reactor(MaybeTls::Plain(tcp)) => {
                 let sock = Arc::new(tcp.into_std()?);
                 sock.set_nonblocking(false)?;
                 let registration = sockets.register(&sock);
-                *self = ConnIo::Blocking(BlockingTcp {
+                self.transport = Transport::Blocking(BlockingTcp {
                     sock,
                     chunk: vec![0; READ_CHUNK].into_boxed_slice(),
                     _registration: registration,
@@ -78,7 +118,7 @@ impl ConnIo {
                 Ok(())
             }
             other => {
-                *self = other;
+                self.transport = other;
                 Ok(())
             }
         }
@@ -86,6 +126,149 @@ impl ConnIo {
 
     fn switching() -> io::Error {
         io::Error::other("connection transport used while switching")
+    }
+}
+
+/// Follows the frontend's message boundaries in the byte stream and
+/// refuses a message longer than the limit when its header arrives.
+///
+/// The stream opens with untyped messages (a 4-byte length, then a code:
+/// SSLRequest, GSSENCRequest, CancelRequest or the startup packet); after
+/// the startup packet every message has a type byte before its length.
+#[derive(Debug)]
+struct Frames {
+    /// Bytes of the current message's body still to come.
+    body_left: usize,
+    /// The header being read.
+    header: [u8; 9],
+    header_len: usize,
+    /// Still in the untyped messages.
+    untyped: bool,
+    limit: usize,
+    /// The limit after the startup packet under trust authentication.
+    trusted_limit: Option<usize>,
+    /// Set once a length was refused: every later read fails too.
+    refused: Option<usize>,
+}
+
+impl Default for Frames {
+    fn default() -> Self {
+        Frames {
+            body_left: 0,
+            header: [0; 9],
+            header_len: 0,
+            untyped: true,
+            limit: crate::admission::MAX_STARTUP_MESSAGE_BYTES,
+            trusted_limit: None,
+            refused: None,
+        }
+    }
+}
+
+/// The error a refused length surfaces as (an I/O error, since it comes
+/// from the transport); [`too_large`] turns it back into the client's.
+#[derive(Debug)]
+struct MessageTooLarge {
+    length: usize,
+    limit: usize,
+}
+
+impl std::fmt::Display for MessageTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "message of {} bytes exceeds the limit of {} bytes",
+            self.length, self.limit
+        )
+    }
+}
+
+impl std::error::Error for MessageTooLarge {}
+
+/// The client's error for a refused message length, if `e` is one.
+pub(crate) fn too_large(e: &pgwire::error::PgWireError) -> Option<crate::sqlstate::PgError> {
+    let t = match e {
+        pgwire::error::PgWireError::IoError(io) => {
+            let t = io.get_ref()?.downcast_ref::<MessageTooLarge>()?;
+            MessageTooLarge {
+                length: t.length,
+                limit: t.limit,
+            }
+        }
+        // pgwire's own per-message limits (the startup packet's).
+        pgwire::error::PgWireError::MessageTooLarge(limit, length) => MessageTooLarge {
+            length: *length,
+            limit: *limit,
+        },
+        _ => return None,
+    };
+    let hint = if t.limit == crate::admission::MAX_STARTUP_MESSAGE_BYTES {
+        "messages before authentication are limited to 10,000 bytes".to_owned()
+    } else {
+        "the server's max_message_bytes setting limits messages; send large data with COPY, in several statements".to_owned()
+    };
+    Some(crate::sqlstate::PgError::new("54000", t.to_string()).hint(hint))
+}
+
+impl Frames {
+    /// Follows `bytes`, just read; an error if a header in them announces
+    /// a message over the limit.
+    fn check(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        if let Some(length) = self.refused {
+            return Err(self.error(length));
+        }
+        while !bytes.is_empty() {
+            if self.body_left > 0 {
+                let n = self.body_left.min(bytes.len());
+                self.body_left -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            // Untyped: length (4) and code (4); typed: type (1), length (4).
+            let want = if self.untyped { 8 } else { 5 };
+            let n = (want - self.header_len).min(bytes.len());
+            self.header[self.header_len..self.header_len + n].copy_from_slice(&bytes[..n]);
+            self.header_len += n;
+            bytes = &bytes[n..];
+            if self.header_len < want {
+                break;
+            }
+            self.header_len = 0;
+            let at = usize::from(!self.untyped);
+            let length =
+                u32::from_be_bytes(self.header[at..at + 4].try_into().expect("4 bytes")) as usize;
+            if length > self.limit {
+                self.refused = Some(length);
+                return Err(self.error(length));
+            }
+            if self.untyped {
+                let code = u32::from_be_bytes(self.header[4..8].try_into().expect("4 bytes"));
+                // SSLRequest and GSSENCRequest are followed by another
+                // untyped message; anything else by typed ones.
+                self.untyped = matches!(code, 80_877_103 | 80_877_104);
+                if !self.untyped
+                    && let Some(l) = self.trusted_limit
+                {
+                    self.limit = l;
+                }
+                // The length counts itself and the code, already read.
+                self.body_left = length.saturating_sub(8);
+            } else {
+                // The length counts itself, already read.
+                self.body_left = length.saturating_sub(4);
+            }
+        }
+        Ok(())
+    }
+
+    fn error(&self, length: usize) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            MessageTooLarge {
+                length,
+                limit: self.limit,
+            },
+        )
     }
 }
 
@@ -132,10 +315,21 @@ impl AsyncRead for ConnIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ConnIo::Reactor(io) => Pin::new(io).poll_read(cx, buf),
-            ConnIo::Blocking(b) => Poll::Ready(b.read(buf)),
-            ConnIo::Switching => Poll::Ready(Err(ConnIo::switching())),
+        let this = self.get_mut();
+        // A length already refused (perhaps in bytes read before this
+        // transport existed) fails the read at once: no more will come.
+        if let Some(length) = this.frames.refused {
+            return Poll::Ready(Err(this.frames.error(length)));
+        }
+        let before = buf.filled().len();
+        let read = match &mut this.transport {
+            Transport::Reactor(io) => Pin::new(io).poll_read(cx, buf),
+            Transport::Blocking(b) => Poll::Ready(b.read(buf)),
+            Transport::Switching => Poll::Ready(Err(ConnIo::switching())),
+        };
+        match read {
+            Poll::Ready(Ok(())) => Poll::Ready(this.frames.check(&buf.filled()[before..])),
+            other => other,
         }
     }
 }
@@ -146,30 +340,30 @@ impl AsyncWrite for ConnIo {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            ConnIo::Reactor(io) => Pin::new(io).poll_write(cx, data),
-            ConnIo::Blocking(b) => Poll::Ready(b.write(data)),
-            ConnIo::Switching => Poll::Ready(Err(ConnIo::switching())),
+        match &mut self.get_mut().transport {
+            Transport::Reactor(io) => Pin::new(io).poll_write(cx, data),
+            Transport::Blocking(b) => Poll::Ready(b.write(data)),
+            Transport::Switching => Poll::Ready(Err(ConnIo::switching())),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ConnIo::Reactor(io) => Pin::new(io).poll_flush(cx),
+        match &mut self.get_mut().transport {
+            Transport::Reactor(io) => Pin::new(io).poll_flush(cx),
             // Writes go straight to the socket (TCP_NODELAY).
-            ConnIo::Blocking(_) => Poll::Ready(Ok(())),
-            ConnIo::Switching => Poll::Ready(Err(ConnIo::switching())),
+            Transport::Blocking(_) => Poll::Ready(Ok(())),
+            Transport::Switching => Poll::Ready(Err(ConnIo::switching())),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ConnIo::Reactor(io) => Pin::new(io).poll_shutdown(cx),
-            ConnIo::Blocking(b) => Poll::Ready(match b.sock.shutdown(Shutdown::Write) {
+        match &mut self.get_mut().transport {
+            Transport::Reactor(io) => Pin::new(io).poll_shutdown(cx),
+            Transport::Blocking(b) => Poll::Ready(match b.sock.shutdown(Shutdown::Write) {
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
                 r => r,
             }),
-            ConnIo::Switching => Poll::Ready(Err(ConnIo::switching())),
+            Transport::Switching => Poll::Ready(Err(ConnIo::switching())),
         }
     }
 }
@@ -261,7 +455,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        (ConnIo::Reactor(MaybeTls::Plain(server)), client)
+        (ConnIo::new(MaybeTls::Plain(server), &[], None), client)
     }
 
     #[tokio::test]
@@ -269,7 +463,7 @@ mod tests {
         let sockets = Sockets::default();
         let (mut io, mut client) = pair().await;
         io.make_blocking(&sockets).unwrap();
-        assert!(matches!(io, ConnIo::Blocking(_)));
+        assert!(io.is_blocking());
         client.write_all(b"hello").unwrap();
         let mut buf = [0u8; 16];
         let n = io.read(&mut buf).await.unwrap();
@@ -350,6 +544,50 @@ mod tests {
         let (mut late, _c) = pair().await;
         late.make_blocking(&sockets).unwrap();
         assert_eq!(late.read(&mut buf).await.unwrap(), 0);
+    }
+
+    fn untyped(len: u32, code: u32) -> Vec<u8> {
+        [len.to_be_bytes(), code.to_be_bytes()].concat()
+    }
+
+    fn typed(tag: u8, len: u32) -> Vec<u8> {
+        [vec![tag], len.to_be_bytes().to_vec()].concat()
+    }
+
+    #[test]
+    fn the_frame_guard_follows_messages_and_refuses_long_ones() {
+        let mut f = Frames::default();
+        // SSLRequest, then a startup packet of 20 bytes, fed byte by byte.
+        let mut stream = untyped(8, 80_877_103);
+        stream.extend(untyped(20, 196_608));
+        stream.extend([0u8; 12]);
+        // A Query of 9,000 bytes (under the startup limit).
+        stream.extend(typed(b'Q', 9_000));
+        stream.extend(vec![b'x'; 8_996]);
+        for b in &stream {
+            f.check(std::slice::from_ref(b)).unwrap();
+        }
+        // Before authentication, 10,001 bytes is refused.
+        let err = f.check(&typed(b'p', 10_001)).unwrap_err();
+        assert!(err.to_string().contains("10001"), "{err}");
+        assert!(f.check(b"more").is_err(), "refused for good");
+        // After authentication the configured limit holds.
+        let mut f = Frames::default();
+        f.check(&untyped(8, 196_608)).unwrap();
+        f.limit = 1 << 20;
+        f.check(&typed(b'Q', 1 << 20)).unwrap();
+        f.check(&vec![0u8; (1 << 20) - 4]).unwrap();
+        assert!(f.check(&typed(b'Q', (1 << 20) + 1)).is_err());
+        // A startup packet claiming 1 GiB.
+        let mut f = Frames::default();
+        assert!(f.check(&untyped(1 << 30, 196_608)).is_err());
+        // Under trust, a query may follow the startup packet at once.
+        let mut f = Frames {
+            trusted_limit: Some(1 << 20),
+            ..Frames::default()
+        };
+        f.check(&untyped(8, 196_608)).unwrap();
+        f.check(&typed(b'Q', 900_000)).unwrap();
     }
 
     #[tokio::test]

@@ -165,11 +165,25 @@ impl CopyFormat {
 /// A field of a parsed record: `None` is NULL.
 pub type Field = Option<String>;
 
-/// Parses COPY input as it arrives, record by record.
+/// Longest record accepted (a row's text; an entity holds at most 1 MiB,
+/// escaped text can be a few times longer).
+pub const MAX_RECORD_BYTES: usize = 8 << 20;
+
+/// Parses COPY input as it arrives, record by record, in time linear in
+/// the input: records are taken from an offset into the buffer (which is
+/// compacted only once most of it is consumed), and the search for a
+/// record's end resumes where the last chunk left it.
 #[derive(Debug)]
 pub struct Parser {
     fmt: CopyFormat,
     buf: Vec<u8>,
+    /// Where the next record starts in `buf`.
+    start: usize,
+    /// How far the search for the next record's end has looked, whether
+    /// it is inside CSV quotes there, and the newlines it has passed.
+    scanned: usize,
+    in_quotes: bool,
+    lines: u64,
     /// Lines consumed so far (for error messages).
     pub line: u64,
     header_pending: bool,
@@ -184,6 +198,10 @@ impl Parser {
             header_pending: fmt.header,
             fmt,
             buf: Vec::new(),
+            start: 0,
+            scanned: 0,
+            in_quotes: false,
+            lines: 0,
             line: 0,
             ended: false,
         }
@@ -203,11 +221,18 @@ impl Parser {
             if self.ended {
                 return Ok(None);
             }
-            let Some((end, consumed, lines)) = self.record_end(last) else {
+            let Some((end, consumed, lines)) = self.record_end(last)? else {
                 return Ok(None);
             };
-            let raw = self.buf[..end].to_vec();
-            self.buf.drain(..consumed);
+            let raw = self.buf[self.start..end].to_vec();
+            self.start = consumed;
+            // Compact once most of the buffer is consumed: each byte moves
+            // at most once on average.
+            if self.start > 64 * 1024 && self.start * 2 > self.buf.len() {
+                self.buf.drain(..self.start);
+                self.scanned -= self.start;
+                self.start = 0;
+            }
             let line = self.line + 1;
             self.line += lines;
             let text = String::from_utf8(raw).map_err(|_| {
@@ -233,24 +258,42 @@ impl Parser {
         }
     }
 
-    /// Where the next record ends: (end of its bytes, bytes to consume,
-    /// lines it spans). CSV quotes may hold newlines.
-    fn record_end(&self, last: bool) -> Option<(usize, usize, u64)> {
-        let mut in_quotes = false;
-        let mut lines = 0;
+    /// Where the next record ends: (end of its bytes, where the record
+    /// after it starts, lines it spans). CSV quotes may hold newlines. An
+    /// unfinished record longer than [`MAX_RECORD_BYTES`] is an error.
+    fn record_end(&mut self, last: bool) -> Result<Option<(usize, usize, u64)>, PgError> {
         let quote = self.fmt.quote as u32;
         let csv = self.fmt.format == Format::Csv && quote < 128;
-        for (i, b) in self.buf.iter().enumerate() {
-            if csv && u32::from(*b) == quote {
-                in_quotes = !in_quotes;
-            } else if *b == b'\n' {
-                lines += 1;
-                if !in_quotes {
-                    return Some((i, i + 1, lines));
+        for i in self.scanned..self.buf.len() {
+            let b = self.buf[i];
+            if csv && u32::from(b) == quote {
+                self.in_quotes = !self.in_quotes;
+            } else if b == b'\n' {
+                self.lines += 1;
+                if !self.in_quotes {
+                    let lines = std::mem::take(&mut self.lines);
+                    self.scanned = i + 1;
+                    return Ok(Some((i, i + 1, lines)));
                 }
             }
         }
-        (last && !self.buf.is_empty()).then_some((self.buf.len(), self.buf.len(), lines + 1))
+        self.scanned = self.buf.len();
+        if self.buf.len() - self.start > MAX_RECORD_BYTES {
+            return Err(PgError::new(
+                "54000",
+                format!(
+                    "COPY record on line {} is longer than {MAX_RECORD_BYTES} bytes",
+                    self.line + 1
+                ),
+            )
+            .hint("a row must fit in an entity (1 MiB of properties); check the format's delimiter and quoting"));
+        }
+        if last && self.start < self.buf.len() {
+            let lines = std::mem::take(&mut self.lines) + 1;
+            let end = self.buf.len();
+            return Ok(Some((end, end, lines)));
+        }
+        Ok(None)
     }
 
     fn text_fields(&self, line_text: &str, line: u64) -> Result<Vec<Field>, PgError> {
@@ -490,5 +533,41 @@ mod tests {
         let e = CopyFormat::from_options(&[CopyOption::Format(ast::Ident::new("binary"))], &[])
             .unwrap_err();
         assert!(e.message.contains("binary"));
+    }
+
+    #[test]
+    fn one_large_chunk_of_many_records_parses_whole_and_overlong_records_fail() {
+        // 200,000 records in one CopyData chunk, then the rest of a CSV
+        // record whose quotes span chunks.
+        let mut p = Parser::new(csv(false));
+        let mut data = String::new();
+        for i in 0..200_000 {
+            data.push_str(&format!("{i},\"v{i}\"\n"));
+        }
+        data.push_str("last,\"a\nb");
+        p.feed(data.as_bytes());
+        let mut n = 0;
+        while let Some((line, fields)) = p.next_record(false).unwrap() {
+            assert_eq!(line, n + 1);
+            assert_eq!(fields[1], s(&format!("v{n}")));
+            n += 1;
+        }
+        assert_eq!(n, 200_000);
+        p.feed(b"c\"\n");
+        let (line, fields) = p.next_record(false).unwrap().unwrap();
+        assert_eq!((line, fields), (200_001, vec![s("last"), s("a\nbc")]));
+        assert_eq!(p.next_record(true).unwrap(), None);
+        // A record that never ends is refused once it passes the limit.
+        let mut p = Parser::new(text());
+        let chunk = vec![b'x'; 1 << 20];
+        let mut err = None;
+        for _ in 0..=MAX_RECORD_BYTES >> 20 {
+            p.feed(&chunk);
+            if let Err(e) = p.next_record(false) {
+                err = Some(e);
+                break;
+            }
+        }
+        assert_eq!(err.expect("refused").code, "54000");
     }
 }

@@ -719,6 +719,12 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
     })
 }
 
+/// Most SQL-level prepared statements (PREPARE) one session holds.
+pub const MAX_NAMED_STATEMENTS: usize = 10_000;
+
+/// Most open cursors one session holds.
+pub const MAX_CURSORS: usize = 100;
+
 /// One client connection's handlers and session.
 #[derive(Debug)]
 pub struct ConnHandler {
@@ -741,12 +747,16 @@ pub struct ConnHandler {
     auth: AuthMode,
     /// Refuse sessions that did not negotiate TLS.
     tls_required: bool,
+    /// Where the session's slot comes from (none outside a server).
+    admission: Option<Arc<crate::admission::Admission>>,
+    /// The session's slot, taken at the end of authentication.
+    slot: Arc<Mutex<Option<crate::admission::SessionSlot>>>,
 }
 
 impl Drop for ConnHandler {
     fn drop(&mut self) {
         if let Some(pid) = *self.pid.lock() {
-            self.registry.unregister(pid);
+            self.registry.unregister(pid, &self.cancel);
         }
     }
 }
@@ -781,27 +791,35 @@ impl Connection {
                 pid: Arc::new(Mutex::new(None)),
                 auth,
                 tls_required: false,
+                admission: None,
+                slot: Arc::default(),
             }),
         }
     }
 }
 
 impl Connection {
-    /// Bytes the session's analytics engine may hold.
+    /// Where the session's analytics run (the server's pool); without it,
+    /// on a pool of the caller's runtime.
     #[must_use]
-    pub fn engine_memory(self, bytes: usize) -> Self {
-        self.handler
-            .engine
-            .memory
-            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    pub fn analytics_pool(self, pool: crate::analytics::Pool) -> Self {
+        *self.handler.engine.pool.lock() = Some(pool);
         self
     }
 
-    /// The runtime the session's analytics run on (the server's
-    /// multi-threaded one); without it, the runtime of the caller.
+    /// Whether clients are trusted (no password): authentication is over
+    /// with the startup packet.
+    pub fn trusts(&self) -> bool {
+        matches!(self.handler.auth, AuthMode::Trust)
+    }
+
+    /// Admission: the session takes a slot at the end of authentication,
+    /// or is refused with FATAL 53300.
     #[must_use]
-    pub fn analytics_runtime(self, runtime: tokio::runtime::Handle) -> Self {
-        *self.handler.engine.runtime.lock() = Some(runtime);
+    pub fn admission(mut self, admission: Arc<crate::admission::Admission>) -> Self {
+        if let Some(h) = Arc::get_mut(&mut self.handler) {
+            h.admission = Some(admission);
+        }
         self
     }
 
@@ -850,6 +868,8 @@ impl PgWireServerHandlers for Connection {
         Arc::new(Startup {
             mode,
             tls_required: h.tls_required,
+            admission: h.admission.clone(),
+            slot: h.slot.clone(),
         })
     }
 
@@ -868,6 +888,8 @@ impl PgWireServerHandlers for Connection {
 pub struct Startup {
     mode: StartupMode,
     tls_required: bool,
+    admission: Option<Arc<crate::admission::Admission>>,
+    slot: Arc<Mutex<Option<crate::admission::SessionSlot>>>,
 }
 
 /// How a connection authenticates.
@@ -899,10 +921,31 @@ impl pgwire::api::auth::StartupHandler for Startup {
             info.severity = "FATAL".to_owned();
             return Err(PgWireError::UserError(Box::new(info)));
         }
+        let Some(admission) = &self.admission else {
+            return match &self.mode {
+                StartupMode::Trust(h) => h.on_startup(client, message).await,
+                StartupMode::Scram(s) => s.on_startup(client, message).await,
+            };
+        };
+        let mut gate = crate::admission::SlotGate {
+            inner: client,
+            admission,
+            slot: &self.slot,
+            refused: false,
+        };
         match &self.mode {
-            StartupMode::Trust(h) => h.on_startup(client, message).await,
-            StartupMode::Scram(s) => s.on_startup(client, message).await,
+            StartupMode::Trust(h) => h.on_startup(&mut gate, message).await?,
+            StartupMode::Scram(s) => s.on_startup(&mut gate, message).await?,
         }
+        if gate.refused {
+            let mut info = error_info(
+                PgError::new("53300", "sorry, too many clients already")
+                    .hint("the remaining connection slots are reserved for the server's operators (reserved_connections)"),
+            );
+            info.severity = "FATAL".to_owned();
+            return Err(PgWireError::UserError(Box::new(info)));
+        }
+        Ok(())
     }
 }
 
@@ -910,6 +953,10 @@ impl pgwire::api::auth::StartupHandler for Startup {
 // startup the session becomes reachable by cancel requests.
 #[async_trait]
 impl NoopStartupHandler for ConnHandler {
+    fn pid_secret_key_generator(&self) -> &dyn pgwire::api::PidSecretKeyGenerator {
+        crate::cancel::pid_generator()
+    }
+
     async fn post_startup<C>(
         &self,
         client: &mut C,
@@ -1245,11 +1292,24 @@ impl ConnHandler {
                     )
                     .hint("BEGIN first, or DECLARE ... CURSOR WITH HOLD"));
                 }
-                if self.cursors.lock().contains_key(name) {
+                let open = {
+                    let cursors = self.cursors.lock();
+                    if cursors.contains_key(name) {
+                        return Err(PgError::new(
+                            "42P03",
+                            format!("cursor \"{name}\" already exists"),
+                        ));
+                    }
+                    cursors.len()
+                };
+                // Each open cursor holds a running scan or plan and its
+                // buffered batches.
+                if open >= MAX_CURSORS {
                     return Err(PgError::new(
-                        "42P03",
-                        format!("cursor \"{name}\" already exists"),
-                    ));
+                        "54000",
+                        format!("too many open cursors: a session holds at most {MAX_CURSORS}"),
+                    )
+                    .hint("CLOSE cursors no longer needed"));
                 }
                 // A cursor outlives its statement: each FETCH runs under
                 // its own statement_timeout and cancel scope.
@@ -1354,6 +1414,13 @@ impl ConnHandler {
                         "42P05",
                         format!("prepared statement \"{name}\" already exists"),
                     ));
+                }
+                if named.len() >= MAX_NAMED_STATEMENTS {
+                    return Err(PgError::new(
+                        "54000",
+                        format!("too many prepared statements: a session holds at most {MAX_NAMED_STATEMENTS}"),
+                    )
+                    .hint("DEALLOCATE statements no longer needed"));
                 }
                 named.insert(name.clone(), (**stmt).clone());
                 Response::Execution(Tag::new("PREPARE"))
@@ -1877,37 +1944,23 @@ pub struct StatementParser {
 }
 
 /// A session's analytics engine, created on first use (most sessions of
-/// key-value clients never need it), its memory limit and the runtime it
-/// runs on.
-#[derive(Debug)]
+/// key-value clients never need it), and the pool it runs on.
+#[derive(Debug, Default)]
 struct EngineSlot {
     engine: tokio::sync::OnceCell<Arc<Engine>>,
-    memory: std::sync::atomic::AtomicUsize,
-    runtime: Mutex<Option<tokio::runtime::Handle>>,
-}
-
-impl Default for EngineSlot {
-    fn default() -> Self {
-        EngineSlot {
-            engine: tokio::sync::OnceCell::new(),
-            memory: std::sync::atomic::AtomicUsize::new(crate::analytics::MEMORY_LIMIT),
-            runtime: Mutex::new(None),
-        }
-    }
+    pool: Mutex<Option<crate::analytics::Pool>>,
 }
 
 type EngineCell = Arc<EngineSlot>;
 
 async fn engine_of(planner: &Planner, cell: &EngineCell) -> Result<Arc<Engine>, PgError> {
-    let memory = cell.memory.load(std::sync::atomic::Ordering::Relaxed);
     cell.engine
         .get_or_try_init(|| async {
-            let runtime = cell
-                .runtime
-                .lock()
-                .clone()
-                .unwrap_or_else(tokio::runtime::Handle::current);
-            Engine::new(planner.clone(), memory, runtime)
+            let pool =
+                cell.pool.lock().clone().unwrap_or_else(|| {
+                    crate::analytics::Pool::current(crate::analytics::MEMORY_LIMIT)
+                });
+            Engine::new(planner.clone(), pool)
                 .map(Arc::new)
                 .map_err(|e| PgError::from(&e))
         })

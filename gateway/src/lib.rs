@@ -1,8 +1,11 @@
 //! The PostgreSQL wire protocol in front of the planner.
 //!
 //! - [`server`] — the listener: a thread (with a single-threaded runtime)
-//!   per connection (pgwire's message loop with a 64 KiB write buffer), a
-//!   connection limit answered with SQLSTATE 53300, graceful shutdown.
+//!   per connection (pgwire's message loop with a 64 KiB write buffer),
+//!   graceful shutdown.
+//! - [`admission`] — who gets a thread and a session slot: starting
+//!   connections capped apart (the oldest evicted), slots counted after
+//!   authentication (53300), reserved slots, message size limits.
 //! - `conn_io` — a connection's transport: tokio's reactor through startup
 //!   (and for TLS), blocking reads and writes on its thread after that.
 //! - [`handler`] — per-connection handlers for the simple and extended query
@@ -21,6 +24,7 @@
 //! - [`encode`] — Arrow record batches to DataRows (text and binary).
 //! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
 
+pub mod admission;
 pub mod analytics;
 pub mod auth;
 pub mod cancel;

@@ -1,12 +1,17 @@
 //! The listener: accepts sockets, runs each connection on a thread of its
-//! own (with a single-threaded runtime), refuses
-//! connections over the limit with SQLSTATE 53300 (after reading the
-//! client's startup packet, as PostgreSQL does, so the client shows the
-//! error instead of a dropped socket), and shuts down gracefully: on the
-//! shutdown signal it stops accepting, ends idle sessions with FATAL 57P01
-//! (as PostgreSQL's fast shutdown does) and waits for the others to finish
-//! their statements, up to a grace period (TLS sessions are not drained:
-//! see `conn_io`).
+//! own (with a single-threaded runtime) under the admission budgets
+//! (`admission`: starting connections apart, session slots after
+//! authentication), and shuts down gracefully: on the shutdown signal it
+//! stops accepting, ends idle sessions with FATAL 57P01 (as PostgreSQL's
+//! fast shutdown does), waits for the others to finish their statements,
+//! up to a grace period (TLS sessions are not drained: see `conn_io`), and
+//! stops the analytics pool.
+//!
+//! A socket the server has no thread for is answered on the listener's
+//! runtime ([`refuse`]): its first packet is read, a CancelRequest is
+//! served (cancels are never refused), anything else gets FATAL 53300.
+//! Analytics run on a pool of their own (`analytics::Pool`), so however
+//! busy they keep the cores, this loop still accepts.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,6 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{Framed, FramedParts};
 
+use crate::admission::{Admission, Limits, Starting};
 use crate::auth::AuthMode;
 use crate::cancel::CancelRegistry;
 use crate::conn_io::{ConnIo, Sockets};
@@ -27,16 +33,22 @@ use crate::handler::Connection;
 /// How the server runs.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Most concurrent connections.
-    pub max_connections: usize,
+    /// Connection budgets: sessions, reserved slots, starting connections,
+    /// authentication timeout, message size (see [`crate::admission`]).
+    pub limits: Limits,
     /// How long shutdown waits for connections to finish.
     pub shutdown_grace: Duration,
     /// How clients authenticate.
     pub auth: AuthMode,
     /// TLS (then required for every connection).
     pub tls: Option<crate::tls::Tls>,
-    /// Bytes one session's analytics engine may hold.
+    /// Bytes the analytics engine may hold, all sessions together.
     pub engine_memory: usize,
+    /// Analytics statements running at once; more wait in a queue.
+    pub analytics_running: usize,
+    /// How long an analytics statement may wait for its turn before it is
+    /// refused with 53000.
+    pub analytics_queue_wait: Duration,
     /// Session settings every connection starts with (and RESET returns
     /// to), e.g. `tablegate.page_size`; checked by [`Server::bind`].
     pub session_defaults: Vec<(String, String)>,
@@ -45,11 +57,13 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            max_connections: 100,
+            limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
             auth: AuthMode::Trust,
             tls: None,
             engine_memory: crate::analytics::MEMORY_LIMIT,
+            analytics_running: 4,
+            analytics_queue_wait: Duration::from_secs(10),
             session_defaults: Vec::new(),
         }
     }
@@ -101,12 +115,23 @@ impl Server {
 
     /// Serves until `shutdown` completes, then drains connections.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
-        let active = Arc::new(AtomicUsize::new(0));
+        let admission = Admission::new(self.config.limits.clone());
         let registry = Arc::new(CancelRegistry::default());
-        // Analytics run on the runtime `run` is called from (multi-threaded
-        // in the binary), so DataFusion's partitions use every core.
-        let analytics = tokio::runtime::Handle::current();
+        // Analytics run on a runtime of their own: however busy they keep
+        // it, the accept loop (and with it cancel requests, which arrive as
+        // new connections) runs on this one.
+        let analytics = crate::analytics::Pool::new(
+            self.config.engine_memory,
+            self.config.analytics_running,
+            self.config.analytics_queue_wait,
+        )?;
         let threads = ConnectionThreads::new();
+        // Connections whose thread is running, starting or not.
+        let open = Arc::new(AtomicUsize::new(0));
+        // A connection thread for each session slot and each starting
+        // connection, and a few for those on their way out.
+        let max_threads =
+            self.config.limits.max_connections + self.config.limits.max_starting.max(1) + 8;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -122,22 +147,23 @@ impl Server {
                         }
                     };
                     let _ = socket.set_nodelay(true);
-                    if active.load(Ordering::SeqCst) >= self.config.max_connections {
-                        tokio::spawn(refuse(socket));
+                    if open.load(Ordering::SeqCst) >= max_threads {
+                        tokio::spawn(refuse(socket, registry.clone(), "sorry, too many clients already"));
                         continue;
                     }
-                    active.fetch_add(1, Ordering::SeqCst);
-                    let guard = ActiveGuard(active.clone());
+                    open.fetch_add(1, Ordering::SeqCst);
+                    let guard = ActiveGuard(open.clone());
+                    let starting = admission.start();
                     let handlers = Connection::new(self.planner.clone(), registry.clone(), self.config.auth.clone())
                         .session_defaults(&self.config.session_defaults)
                         .require_tls(self.config.tls.is_some())
-                        .engine_memory(self.config.engine_memory)
-                        .analytics_runtime(analytics.clone());
+                        .admission(admission.clone())
+                        .analytics_pool(analytics.clone());
                     let tls = self.config.tls.clone().map(|t| t.0);
                     // Its socket leaves this runtime's reactor for the
                     // connection thread's.
                     let Ok(socket) = socket.into_std() else { continue };
-                    threads.run(Job { socket, tls, handlers, guard });
+                    threads.run(Job { socket, tls, handlers, guard, starting, limits: admission.limits().clone() });
                 }
             }
         }
@@ -145,9 +171,11 @@ impl Server {
         // statement.
         threads.sockets.drain();
         let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
-        while active.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+        while open.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Whatever analytics still run stop at their next yield.
+        analytics.shutdown();
         Ok(())
     }
 }
@@ -161,9 +189,6 @@ impl Server {
 /// only bounds the memory a large result holds per connection.
 const WRITE_BOUNDARY: usize = 64 * 1024;
 
-/// How long a client has to finish startup (TLS, password), as in pgwire.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// One connection, start to end: pgwire's `process_socket` with a larger
 /// write buffer ([`WRITE_BOUNDARY`]), which pgwire does not let us set.
 /// The dispatch is pgwire's own (`process_message`, `process_error`); only
@@ -173,6 +198,8 @@ async fn serve_connection(
     tls: Option<pgwire::tokio::TlsAcceptor>,
     handlers: Connection,
     sockets: &Sockets,
+    starting: Starting,
+    limits: &Limits,
 ) -> std::io::Result<()> {
     use futures::{SinkExt, StreamExt};
     use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers};
@@ -185,11 +212,13 @@ async fn serve_connection(
     // turned, per statement) for the connection's first minute; without
     // one the thread waits as a PostgreSQL backend does, for as long as it
     // takes.
-    let mut deadline = Box::pin(tokio::time::sleep(STARTUP_TIMEOUT));
+    let mut deadline = Box::pin(tokio::time::sleep(limits.authentication_timeout));
     let socket = tokio::select! {
         _ = &mut deadline => return Ok(()),
+        _ = starting.evicted() => return Ok(()),
         s = negotiate_tls(socket, tls) => s?,
     };
+    let mut starting = Some(starting);
     let mut startup_deadline = Some(deadline);
     // `None`: a direct TLS handshake without TLS configured.
     let Some(socket) = socket else {
@@ -198,7 +227,8 @@ async fn serve_connection(
     // The same codec and buffers over a transport that can leave the
     // reactor once startup is done (see `conn_io`).
     let parts = socket.into_parts();
-    let mut io = FramedParts::new(ConnIo::Reactor(parts.io), parts.codec);
+    let trusted = handlers.trusts().then_some(limits.max_message_bytes);
+    let mut io = FramedParts::new(ConnIo::new(parts.io, &parts.read_buf, trusted), parts.codec);
     io.read_buf = parts.read_buf;
     io.write_buf = parts.write_buf;
     let mut socket = Framed::from_parts(io);
@@ -211,14 +241,15 @@ async fn serve_connection(
     let cancel = handlers.cancel_handler();
     let errors = handlers.error_handler();
     loop {
-        let starting = matches!(
+        let starting_now = matches!(
             socket.state(),
             PgWireConnectionState::AwaitingStartup
                 | PgWireConnectionState::AuthenticationInProgress
         );
-        let msg = match startup_deadline.as_mut() {
-            Some(deadline) if starting => tokio::select! {
+        let msg = match (startup_deadline.as_mut(), starting.as_ref()) {
+            (Some(deadline), Some(ticket)) if starting_now => tokio::select! {
                 _ = deadline => None,
+                _ = ticket.evicted() => None,
                 m = socket.next() => m,
             },
             _ => {
@@ -231,8 +262,19 @@ async fn serve_connection(
         // waits for that after its Terminate). Unless the server is
         // shutting down and ended the stream itself: then the client is
         // told why, as PostgreSQL tells it.
-        let Some(Ok(msg)) = msg else {
-            if matches!(socket.get_ref(), ConnIo::Blocking(_)) && sockets.draining() {
+        let msg = match msg {
+            Some(Ok(msg)) => Some(msg),
+            // A length over the limit: say so before closing.
+            Some(Err(e)) => {
+                if let Some(too_large) = crate::conn_io::too_large(&e) {
+                    let _ = socket.send(fatal(too_large)).await;
+                }
+                None
+            }
+            None => None,
+        };
+        let Some(msg) = msg else {
+            if socket.get_ref().is_blocking() && sockets.draining() {
                 let _ = socket.send(administrator_shutdown()).await;
             }
             break;
@@ -273,9 +315,12 @@ async fn serve_connection(
             && matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
         {
             // Startup is over (authenticated, ReadyForQuery sent): the
-            // deadline goes, and from here a plain TCP connection waits in
-            // blocking reads.
+            // deadline and the starting ticket go, messages may be as long
+            // as the limit after authentication, and from here a plain TCP
+            // connection waits in blocking reads.
             startup_deadline = None;
+            starting = None;
+            socket.get_mut().authenticated(limits.max_message_bytes);
             socket.get_mut().make_blocking(sockets)?;
         }
     }
@@ -284,7 +329,12 @@ async fn serve_connection(
 
 /// FATAL 57P01: the session ends because the server is shutting down.
 fn administrator_shutdown() -> pgwire::messages::PgWireBackendMessage {
-    let mut info = crate::encode::error_info(crate::sqlstate::PgError::admin_shutdown());
+    fatal(crate::sqlstate::PgError::admin_shutdown())
+}
+
+/// An error that ends the session.
+fn fatal(e: crate::sqlstate::PgError) -> pgwire::messages::PgWireBackendMessage {
+    let mut info = crate::encode::error_info(e);
     info.severity = "FATAL".to_owned();
     pgwire::messages::PgWireBackendMessage::ErrorResponse(info.into())
 }
@@ -295,6 +345,8 @@ struct Job {
     tls: Option<pgwire::tokio::TlsAcceptor>,
     handlers: Connection,
     guard: ActiveGuard,
+    starting: Starting,
+    limits: Limits,
 }
 
 /// The threads connections run on: one thread, with its own
@@ -322,8 +374,8 @@ struct Job {
 ///
 /// Deliberately limited: a thread per connection holds an 8 MiB stack
 /// reservation (address space; only the pages touched are memory), and
-/// `max_connections` bounds how many there are. Analytics (DataFusion) run
-/// on the shared multi-threaded runtime. A write blocks the connection's
+/// the admission budgets bound how many there are. Analytics (DataFusion)
+/// run on their own pool. A write blocks the connection's
 /// thread through its commit (`tablegate_store::write_on_this_thread`);
 /// scans that may run long still go to the runtime's blocking pool, so a
 /// cancel is answered while they run.
@@ -396,7 +448,15 @@ impl Job {
             return;
         };
         // Protocol errors end this connection only.
-        let _ = serve_connection(socket, self.tls, self.handlers, sockets).await;
+        let _ = serve_connection(
+            socket,
+            self.tls,
+            self.handlers,
+            sockets,
+            self.starting,
+            &self.limits,
+        )
+        .await;
     }
 }
 
@@ -408,13 +468,14 @@ impl Drop for ActiveGuard {
     }
 }
 
-/// Answers an over-limit client with FATAL 53300: declines SSL if asked,
-/// reads the startup packet, sends the error, closes.
-async fn refuse(mut socket: TcpStream) {
+/// Answers a client the server has no thread for: declines SSL if asked,
+/// reads the startup packet, serves it if it is a CancelRequest (cancels
+/// are never refused), else sends FATAL 53300 and closes.
+async fn refuse(mut socket: TcpStream, registry: Arc<CancelRegistry>, why: &str) {
     let work = async {
         loop {
             let len = socket.read_i32().await? as usize;
-            if !(8..=10_000).contains(&len) {
+            if !(8..=crate::admission::MAX_STARTUP_MESSAGE_BYTES).contains(&len) {
                 return Ok::<_, std::io::Error>(());
             }
             let mut body = vec![0u8; len - 4];
@@ -425,6 +486,12 @@ async fn refuse(mut socket: TcpStream) {
                 socket.write_all(b"N").await?;
                 continue;
             }
+            if code == 80_877_102 && body.len() >= 12 {
+                let pid = i32::from_be_bytes(body[4..8].try_into().expect("4 bytes"));
+                let key = pgwire::messages::startup::SecretKey::Bytes(body[8..].to_vec().into());
+                registry.cancel(pid, &key);
+                return Ok(());
+            }
             break;
         }
         let mut fields = Vec::new();
@@ -432,7 +499,7 @@ async fn refuse(mut socket: TcpStream) {
             (b'S', "FATAL"),
             (b'V', "FATAL"),
             (b'C', "53300"),
-            (b'M', "sorry, too many clients already"),
+            (b'M', why),
         ] {
             fields.push(tag);
             fields.extend_from_slice(value.as_bytes());

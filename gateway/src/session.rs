@@ -176,8 +176,18 @@ impl Session {
                 _ => return Err(bad("an integer from 0 to 20")),
             },
             _ if self.settings.contains_key(&key) => value.to_owned(),
-            // Custom settings with a dot are allowed, as in PostgreSQL.
-            _ if key.contains('.') && !key.starts_with("tablegate.") => value.to_owned(),
+            // Custom settings with a dot are allowed, as in PostgreSQL, up
+            // to a bound on how many and how long.
+            _ if key.contains('.') && !key.starts_with("tablegate.") => {
+                if self.settings.len() >= MAX_SETTINGS {
+                    return Err(PgError::new(
+                        "54000",
+                        format!("too many settings: a session holds at most {MAX_SETTINGS}"),
+                    )
+                    .hint("RESET or reuse custom settings"));
+                }
+                value.to_owned()
+            }
             _ => {
                 return Err(PgError::new(
                     "42704",
@@ -185,6 +195,12 @@ impl Session {
                 ));
             }
         };
+        if key.len() + value.len() > MAX_SETTING_BYTES {
+            return Err(PgError::new(
+                "54000",
+                format!("setting \"{name}\" is longer than {MAX_SETTING_BYTES} bytes"),
+            ));
+        }
         self.settings.insert(key, value);
         self.derived = derive(&self.settings);
         Ok(())
@@ -216,6 +232,11 @@ impl Session {
         self.derived.exec.clone()
     }
 }
+
+/// Most settings one session holds (built-in ones included).
+pub const MAX_SETTINGS: usize = 1_000;
+/// Longest setting, name and value together.
+pub const MAX_SETTING_BYTES: usize = 64 * 1024;
 
 /// Parses what statements read from the settings (values are validated by
 /// [`Session::set`]).

@@ -27,6 +27,14 @@ pub struct PgError {
     pub position: Option<usize>,
 }
 
+impl std::fmt::Display for PgError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for PgError {}
+
 impl PgError {
     /// An error with a code and message.
     pub fn new(code: &'static str, message: impl Into<String>) -> Self {
@@ -204,6 +212,8 @@ impl From<&PlanError> for PgError {
             PlanError::FullScanRefused { hint, .. } => PgError::new(FULL_SCAN_REFUSED, m).hint(hint.clone()),
             PlanError::TooComplex { too_long, .. } => PgError::new(if *too_long { "54000" } else { "54001" }, m)
                 .hint("split the statement, or use IN (...) lists instead of long OR chains"),
+            PlanError::NoSuchParameter { .. } => PgError::new("42P02", m)
+                .hint(format!("parameters are numbered $1 to ${}", tablegate_planner::MAX_PARAMETER)),
             PlanError::ReadOnlyColumn { column } => PgError::new("428C9", m).detail(format!(
                 "\"{column}\" is a system column the store sets on every write"
             )),
@@ -253,6 +263,9 @@ impl From<&datafusion::common::DataFusionError> for PgError {
                 if let Some(s) = inner.downcast_ref::<StoreError>() {
                     return PgError::from(s);
                 }
+                if let Some(p) = inner.downcast_ref::<PgError>() {
+                    return p.clone();
+                }
                 PgError::new("XX000", inner.to_string())
             }
             D::Context(_, inner) | D::Diagnostic(_, inner) => PgError::from(&**inner),
@@ -261,7 +274,7 @@ impl From<&datafusion::common::DataFusionError> for PgError {
             D::NotImplemented(m) => PgError::new("0A000", format!("not supported: {m}"))
                 .hint("the analytics engine does not run this construct"),
             D::ResourcesExhausted(m) => PgError::new("53200", format!("out of memory: {m}"))
-                .hint("the session's analytics memory limit was reached: narrow the query or aggregate less data"),
+                .hint("the analytics engine's memory (engine_memory_mb, shared by all sessions) was reached: narrow the query or aggregate less data"),
             other => {
                 let m = other.strip_backtrace();
                 let lower = m.to_ascii_lowercase();

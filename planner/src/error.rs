@@ -82,6 +82,12 @@ pub enum PlanError {
         /// SQLSTATE 54000 (too long) or 54001 (too complex).
         too_long: bool,
     },
+    /// A parameter number outside `$1` .. `$65535` (42P02).
+    #[error("{message}")]
+    NoSuchParameter {
+        /// Which parameter.
+        message: String,
+    },
     /// A write names a read-only system column (`timestamp`, `etag`).
     #[error("column \"{column}\" can only be updated to DEFAULT")]
     ReadOnlyColumn {

@@ -72,6 +72,7 @@
 //! EGT.
 
 pub mod apply;
+pub mod budget;
 pub mod ddl;
 pub mod error;
 pub mod exec;
@@ -192,14 +193,21 @@ impl Planner {
 
     /// Parses SQL text (PostgreSQL dialect) into statements.
     ///
-    /// Deliberately limited: statements over [`MAX_STATEMENT_BYTES`] are
-    /// refused, and so are those with more than [`MAX_OPERATORS`] operators.
-    /// A long operator chain parses into a tree as deep as the chain, and
-    /// walking or even dropping such a tree can overflow a thread's stack,
-    /// which would abort the whole server.
+    /// Deliberately limited by the statement budget ([`budget`]): text
+    /// size, expression depth and count, set-operation chains, parameter
+    /// numbers. Walking or even dropping a tree deeper than a thread's
+    /// stack would abort the whole server.
     pub fn parse(sql: &str) -> Result<Vec<Statement>> {
-        check_size(sql)?;
-        Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
+        budget::check_text(sql)?;
+        let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
+            if matches!(e, sqlparser::parser::ParserError::RecursionLimitExceeded) {
+                return PlanError::TooComplex {
+                    message:
+                        "statement nests parentheses, subqueries or prefix operators too deeply"
+                            .into(),
+                    too_long: false,
+                };
+            }
             let message = e.to_string();
             let position = parse_position(sql, &message);
             let message = message
@@ -209,7 +217,9 @@ impl Planner {
                 .unwrap_or_default()
                 .to_owned();
             PlanError::Syntax { message, position }
-        })
+        })?;
+        budget::check_tree(&mut stmts)?;
+        Ok(stmts)
     }
 
     /// Plans one statement (prepare time: names, types, route).
@@ -448,60 +458,7 @@ impl Planner {
     }
 }
 
-/// Longest statement text accepted.
-pub const MAX_STATEMENT_BYTES: usize = 1 << 20;
-/// Most operators (AND, OR, arithmetic, comparisons) in one text.
-pub const MAX_OPERATORS: usize = 2_000;
-
-fn check_size(sql: &str) -> Result<()> {
-    use sqlparser::keywords::Keyword;
-    use sqlparser::tokenizer::{Token, Tokenizer};
-    if sql.len() > MAX_STATEMENT_BYTES {
-        return Err(PlanError::TooComplex {
-            message: format!(
-                "statement is {} bytes; the limit is {MAX_STATEMENT_BYTES}",
-                sql.len()
-            ),
-            too_long: true,
-        });
-    }
-    // Short texts cannot hold that many operators: skip the extra pass.
-    if sql.len() <= 2 * MAX_OPERATORS {
-        return Ok(());
-    }
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize()
-        .map_err(|e| PlanError::Syntax {
-            message: e.to_string(),
-            position: None,
-        })?;
-    let operators = tokens
-        .iter()
-        .filter(|t| match t {
-            Token::Word(w) => matches!(w.keyword, Keyword::AND | Keyword::OR | Keyword::NOT),
-            Token::Plus
-            | Token::Minus
-            | Token::Mul
-            | Token::Div
-            | Token::Mod
-            | Token::StringConcat
-            | Token::Eq
-            | Token::Neq
-            | Token::Lt
-            | Token::Gt
-            | Token::LtEq
-            | Token::GtEq => true,
-            _ => false,
-        })
-        .count();
-    if operators > MAX_OPERATORS {
-        return Err(PlanError::TooComplex {
-            message: format!("statement has {operators} operators; the limit is {MAX_OPERATORS}"),
-            too_long: false,
-        });
-    }
-    Ok(())
-}
+pub use budget::{MAX_DEPTH, MAX_NODES, MAX_PARAMETER, MAX_STATEMENT_BYTES};
 
 /// The 1-based character position in `sql` of a sqlparser error message's
 /// `Line: l, Column: c`.

@@ -248,14 +248,14 @@ impl Value {
 }
 
 /// The properties of an encoded value, in stored (name) order, borrowed.
-struct Properties<'a> {
+pub(crate) struct Properties<'a> {
     r: Reader<'a>,
     left: u16,
 }
 
 /// Reads an encoded value's header: its timestamp and its properties.
 #[inline]
-fn open_value(value: &[u8]) -> Result<(DateTime, Properties<'_>)> {
+pub(crate) fn open_value(value: &[u8]) -> Result<(DateTime, Properties<'_>)> {
     let mut r = Reader { buf: value };
     if r.u8()? != VALUE_FORMAT_V1 {
         return Err(StoreError::Corrupt("unknown entity value format".into()));

@@ -42,6 +42,8 @@ mod engine;
 pub mod entity;
 pub mod error;
 pub mod filter;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod limits;
 pub mod local;
 pub mod ops;

@@ -18,7 +18,7 @@ impl Rng {
     }
 }
 
-fn startup() -> Vec<u8> {
+pub(super) fn startup() -> Vec<u8> {
     let mut body = Vec::new();
     body.extend_from_slice(&196_608u32.to_be_bytes());
     for s in ["user", "tablegate", "database", "tablegate"] {
@@ -178,7 +178,7 @@ async fn huge_and_deep_statements_are_refused_or_answered() {
     assert!(s.child.try_wait().unwrap().is_none(), "the server exited");
 }
 
-fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+pub(super) fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
     let mut m = vec![tag];
     m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
     m.extend_from_slice(body);

@@ -12,6 +12,7 @@ mod clients;
 mod copy;
 mod crash;
 mod driver;
+mod hostile;
 mod pgref;
 mod product;
 mod psql;

@@ -48,15 +48,164 @@ use provider::{SharedOptions, StoreSchema};
 /// The catalog (database) name DataFusion and pg_catalog report.
 pub const DATABASE: &str = "tablegate";
 
-/// Memory one session's analytics queries may hold by default (sorts,
-/// hash tables); `tablegate serve --engine-memory-mb` changes it.
+/// Memory all sessions' analytics queries may hold together by default
+/// (sorts, hash tables); `tablegate serve --engine-memory-mb` changes it.
 pub const MEMORY_LIMIT: usize = 1 << 30;
+
+/// Where every session's analytics run: a runtime of their own (so a busy
+/// engine never delays the listener, cancel requests or native queries on
+/// their own threads), a bound on how many statements run at once (more
+/// wait in a queue, then are refused with 53000), and one memory pool for
+/// the whole server (sorts and aggregates spill, then fail with 53200).
+#[derive(Clone)]
+pub struct Pool {
+    runtime: tokio::runtime::Handle,
+    /// Owned here when this pool made its runtime ([`Pool::new`]).
+    owned: Option<Arc<Mutex<OwnedRuntime>>>,
+    running: Arc<tokio::sync::Semaphore>,
+    limit: usize,
+    queue_wait: std::time::Duration,
+    memory: Arc<dyn datafusion::execution::memory_pool::MemoryPool>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("free", &self.running.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// A pool with a runtime of its own: one worker per core, each with an
+    /// 8 MiB stack (plans recurse over statement trees).
+    pub fn new(
+        memory: usize,
+        running: usize,
+        queue_wait: std::time::Duration,
+    ) -> std::io::Result<Pool> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("tablegate-analytics")
+            .thread_stack_size(8 << 20)
+            .enable_all()
+            .build()?;
+        let mut pool = Pool::on(runtime.handle().clone(), memory, running, queue_wait);
+        pool.owned = Some(Arc::new(Mutex::new(OwnedRuntime(Some(runtime)))));
+        Ok(pool)
+    }
+
+    /// A pool on the caller's runtime holding at most `memory` bytes
+    /// (tests and tools without a server).
+    pub fn current(memory: usize) -> Pool {
+        Pool::on(
+            tokio::runtime::Handle::current(),
+            memory,
+            16,
+            std::time::Duration::from_secs(60),
+        )
+    }
+
+    fn on(
+        runtime: tokio::runtime::Handle,
+        memory: usize,
+        running: usize,
+        queue_wait: std::time::Duration,
+    ) -> Pool {
+        Pool {
+            runtime,
+            owned: None,
+            running: Arc::new(tokio::sync::Semaphore::new(running.max(1))),
+            limit: running.max(1),
+            queue_wait,
+            memory: Arc::new(datafusion::execution::memory_pool::FairSpillPool::new(
+                memory,
+            )),
+        }
+    }
+
+    /// Waits for a turn to run a statement; refuses with 53000 after the
+    /// pool's queue wait.
+    async fn admit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, DataFusionError> {
+        match tokio::time::timeout(self.queue_wait, self.running.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(DataFusionError::External(Box::new(
+                crate::sqlstate::PgError::new(
+                    "53000",
+                    format!(
+                        "the analytics engine is busy: {} statements are running and this one waited {:?}",
+                        self.limit,
+                        self.queue_wait
+                    ),
+                )
+                .hint("retry with backoff; key queries (point and range lookups) do not wait for the analytics engine"),
+            ))),
+        }
+    }
+
+    /// A turn for `plan`, unless it reads no data at all (`SELECT 1`,
+    /// `SELECT version()`: drivers' health checks and session set-up must
+    /// not wait behind heavy queries).
+    async fn admit_plan(
+        &self,
+        plan: &LogicalPlan,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, DataFusionError> {
+        if reads_data(plan) {
+            self.admit().await.map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Stops the pool's runtime (if it owns one): running plans stop at
+    /// their next yield.
+    pub fn shutdown(&self) {
+        if let Some(owned) = &self.owned {
+            owned.lock().stop();
+        }
+    }
+}
+
+/// Whether a plan scans a table (or a table function) or unnests,
+/// anywhere, subqueries included.
+fn reads_data(plan: &LogicalPlan) -> bool {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|n| {
+        if matches!(
+            n,
+            LogicalPlan::TableScan(_) | LogicalPlan::Unnest(_) | LogicalPlan::RecursiveQuery(_)
+        ) {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// A runtime that stops without waiting for its tasks when dropped (a
+/// runtime dropped inside another's task would panic waiting).
+struct OwnedRuntime(Option<tokio::runtime::Runtime>);
+
+impl OwnedRuntime {
+    fn stop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for OwnedRuntime {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
 
 /// One connection's DataFusion session.
 pub struct Engine {
     ctx: SessionContext,
     /// Where plans run (see [`Engine::execute`]).
-    runtime: tokio::runtime::Handle,
+    pool: Pool,
     opts: SharedOptions,
     parser: PostgresCompatibilityParser,
 }
@@ -82,17 +231,13 @@ pub struct EnginePlan {
 
 impl Engine {
     /// A session over `planner`'s catalog and store.
-    pub fn new(
-        planner: Planner,
-        memory_limit: usize,
-        runtime: tokio::runtime::Handle,
-    ) -> Result<Engine, DataFusionError> {
+    pub fn new(planner: Planner, pool: Pool) -> Result<Engine, DataFusionError> {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE, "public")
             .with_information_schema(false)
             .with_target_partitions(4);
         let env = RuntimeEnvBuilder::new()
-            .with_memory_limit(memory_limit, 1.0)
+            .with_memory_pool(pool.memory.clone())
             .build_arc()?;
         let ctx = SessionContext::new_with_config_rt(config, env);
         let opts: SharedOptions = Arc::new(Mutex::new(ExecOptions::default()));
@@ -115,7 +260,7 @@ impl Engine {
             .map_err(|e| *e)?;
         Ok(Engine {
             ctx,
-            runtime,
+            pool,
             opts,
             parser: PostgresCompatibilityParser::new(),
         })
@@ -217,11 +362,14 @@ impl Engine {
     ) -> Result<SendableRecordBatchStream, DataFusionError> {
         use futures::{FutureExt, StreamExt};
         let plan = self.bind(p, params, opts)?;
+        let permit = self.pool.admit_plan(&plan).await?;
         let ctx = self.ctx.clone();
         let (started_tx, started) = tokio::sync::oneshot::channel();
         let (tx, mut rx) = tokio::sync::mpsc::channel(2);
         let on_panic = tx.clone();
         let work = async move {
+            // The turn is held until the plan's last batch is sent.
+            let _permit = permit;
             let stream = match ctx.execute_logical_plan(plan).await {
                 Ok(df) => df.execute_stream().await,
                 Err(e) => Err(e),
@@ -242,7 +390,7 @@ impl Engine {
                 }
             }
         };
-        let task = self.runtime.spawn(async move {
+        let task = self.pool.runtime.spawn(async move {
             // A panic must not pass for the end of the result.
             if let Err(panic) = std::panic::AssertUnwindSafe(work).catch_unwind().await {
                 let what = panic
@@ -298,11 +446,13 @@ impl Engine {
             p.reason
         )];
         let text = if analyze {
+            let permit = self.pool.admit_plan(p.plan.as_ref()).await?;
             let started = std::time::Instant::now();
             let task = self.ctx.task_ctx();
             let plan = physical.clone();
             // On the engine's runtime, as `execute` runs it.
-            let run = self.runtime.spawn(async move {
+            let run = self.pool.runtime.spawn(async move {
+                let _permit = permit;
                 let mut stream = datafusion::physical_plan::execute_stream(plan, task)?;
                 let mut rows = 0usize;
                 while let Some(b) = stream.next().await {

@@ -214,6 +214,21 @@ fn delta_value(value: &Bytes) -> Result<Bytes> {
     Ok(view(value, delta_value_at(value)?))
 }
 
+/// Reads an untrusted chunk every way the store reads one (for the fuzz
+/// targets): all entries in order, and a binary search for `key`.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn read_untrusted_chunk(chunk: &[u8], key: &[u8]) -> Result<usize> {
+    let mut n = 0;
+    for e in Entries::new(chunk)? {
+        let (k, v) = e?;
+        n += chunk[k].len() + chunk[v].len();
+    }
+    if let Some(v) = find(chunk, key)? {
+        n += chunk[v].len();
+    }
+    Ok(n)
+}
+
 /// A chunk's entries in order: where each key and value lies in it.
 struct Entries<'a> {
     chunk: &'a [u8],

@@ -1,0 +1,1 @@
+SELECT name, n FROM t WHERE pk = 'a' AND rk = 'r01'

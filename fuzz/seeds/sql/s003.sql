@@ -1,0 +1,1 @@
+SELECT name FROM t WHERE pk LIKE 'a%' AND rk LIKE 'r1%' LIMIT 5 OFFSET 2

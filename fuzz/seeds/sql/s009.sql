@@ -1,0 +1,1 @@
+SELECT * FROM t WHERE pk = 'a' AND rk = 'r01' AND pk = 'b'

@@ -1,0 +1,1 @@
+SELECT v FROM one WHERE id >= 'x' AND id IS NOT NULL AND v IS NULL

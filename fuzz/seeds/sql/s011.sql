@@ -1,0 +1,1 @@
+SELECT count(*), name FROM t GROUP BY name ORDER BY 2
