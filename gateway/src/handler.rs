@@ -256,6 +256,10 @@ struct CopyIn {
     rows_done: u64,
     groups_done: u64,
     opts: tablegate_planner::ExecOptions,
+    /// The cancel generation when COPY started, and its statement_timeout
+    /// deadline: checked with every CopyData and every 1,000 records.
+    since: u64,
+    deadline: Option<Instant>,
 }
 
 impl Debug for CopyIn {
@@ -719,8 +723,11 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
     })
 }
 
-/// Most SQL-level prepared statements (PREPARE) one session holds.
-pub const MAX_NAMED_STATEMENTS: usize = 10_000;
+/// Most prepared statements one session holds, SQL-level (PREPARE) and
+/// protocol-level (named Parse) each: a prepared plan is several KiB, and
+/// every session may hold this many (JDBC caches 256 by default, psycopg
+/// 100).
+pub const MAX_NAMED_STATEMENTS: usize = 1_000;
 
 /// Most open cursors one session holds.
 pub const MAX_CURSORS: usize = 100;
@@ -738,6 +745,9 @@ pub struct ConnHandler {
     cursors: Cursors,
     /// Statements of SQL-level PREPARE, by name.
     named: Mutex<std::collections::HashMap<String, Prepared>>,
+    /// Names of the protocol-level prepared statements (pgwire keeps
+    /// them; this counts them against [`MAX_NAMED_STATEMENTS`]).
+    parsed: Mutex<std::collections::HashSet<String>>,
     /// The open `BEGIN` block's staged writes.
     txn: Mutex<Option<Transaction>>,
     /// A `COPY ... FROM STDIN` in progress.
@@ -782,6 +792,7 @@ impl Connection {
                 engine,
                 cursors,
                 named: Mutex::default(),
+                parsed: Mutex::default(),
                 txn: Mutex::new(None),
                 copy_in: tokio::sync::Mutex::new(None),
                 planner,
@@ -1285,7 +1296,9 @@ impl ConnHandler {
                 }
             }
             Prepared::Declare { name, query, hold } => {
-                if !in_transaction && !hold {
+                // The session's record too: after BEGIN in the same
+                // multi-statement query, pgwire's status is still idle.
+                if !in_transaction && !hold && self.txn.lock().is_none() {
                     return Err(PgError::new(
                         "25P01",
                         "DECLARE CURSOR can only be used in transaction blocks",
@@ -1475,6 +1488,8 @@ impl ConnHandler {
                     rows_done: 0,
                     groups_done: 0,
                     opts,
+                    since: self.cancel.generation(),
+                    deadline,
                 });
                 Response::CopyIn(pgwire::api::results::CopyResponse::new(
                     0,
@@ -1611,7 +1626,24 @@ impl ConnHandler {
         if st.error.is_some() {
             return;
         }
+        let stopped = |st: &CopyIn| {
+            if self.cancel.generation() != st.since {
+                Some(PgError::cancelled(false))
+            } else if st.deadline.is_some_and(|d| Instant::now() >= d) {
+                Some(PgError::cancelled(true))
+            } else {
+                None
+            }
+        };
+        let mut parsed = 0usize;
         loop {
+            parsed += 1;
+            if parsed.is_multiple_of(1_000)
+                && let Some(e) = stopped(st)
+            {
+                st.error = Some(e);
+                return;
+            }
             let rec = match st.parser.next_record(last) {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
@@ -1628,8 +1660,15 @@ impl ConnHandler {
                 }
             }
         }
+        if let Some(e) = stopped(st) {
+            st.error = Some(e);
+            return;
+        }
+        // Inside BEGIN the rows are staged as they arrive, so the EGT's
+        // rules (one PartitionKey, 100 operations, 4 MiB) refuse a COPY
+        // that breaks them at once, not after all its data is buffered.
         let in_txn = self.txn.lock().is_some();
-        if st.rows.is_empty() || (!last && (in_txn || st.rows.len() < COPY_FLUSH_ROWS)) {
+        if st.rows.is_empty() || (!last && !in_txn && st.rows.len() < COPY_FLUSH_ROWS) {
             return;
         }
         let rows = std::mem::take(&mut st.rows);
@@ -2287,6 +2326,85 @@ impl ExtendedQueryHandler for ConnHandler {
 
     fn query_parser(&self) -> Arc<StatementParser> {
         self.parser.clone()
+    }
+
+    /// Parse, as pgwire's default, within the session's budget of named
+    /// statements (the unnamed one is replaced, not added).
+    async fn on_parse<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Parse,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| pgwire::api::DEFAULT_NAME.to_owned());
+        let named = name != pgwire::api::DEFAULT_NAME;
+        if named {
+            let parsed = self.parsed.lock();
+            if !parsed.contains(&name) && parsed.len() >= MAX_NAMED_STATEMENTS {
+                return Err(wire_error(
+                    PgError::new(
+                        "54000",
+                        format!(
+                            "too many prepared statements: a session holds at most {MAX_NAMED_STATEMENTS}"
+                        ),
+                    )
+                    .hint("close statements no longer needed (Close, or the driver's statement cache size)"),
+                ));
+            }
+        }
+        match pgwire::api::stmt::StoredStatement::parse(client, &message, self.query_parser())
+            .await?
+        {
+            Some(stmt) => client.portal_store().put_statement(Arc::new(stmt)),
+            None => client.portal_store().put_empty_statement(&name),
+        }
+        if named {
+            self.parsed.lock().insert(name);
+        }
+        client
+            .send(PgWireBackendMessage::ParseComplete(
+                pgwire::messages::extendedquery::ParseComplete::new(),
+            ))
+            .await?;
+        Ok(())
+    }
+
+    /// Close, as pgwire's default, releasing the statement's place in the
+    /// session's budget.
+    async fn on_close<C>(
+        &self,
+        client: &mut C,
+        message: pgwire::messages::extendedquery::Close,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => {
+                client.portal_store().rm_statement(name);
+                self.parsed.lock().remove(name);
+            }
+            TARGET_TYPE_BYTE_PORTAL => client.portal_store().rm_portal(name),
+            _ => {}
+        }
+        client
+            .send(PgWireBackendMessage::CloseComplete(
+                pgwire::messages::extendedquery::CloseComplete::new(),
+            ))
+            .await?;
+        Ok(())
     }
 
     /// Bind, as pgwire's default but for one thing: BindComplete is queued

@@ -9,6 +9,11 @@
 //! `x IS NULL IS NULL …`, `SELECT 1 UNION SELECT 1 …`, `int[][][] …`. A
 //! statement within the 1 MiB text limit can hold half a million levels.
 //!
+//! Parsing itself costs memory: sqlparser's tokens and tree take about 170
+//! times the text (a 600 KB operator chain held ~100 MB while parsed), so
+//! texts over [`LARGE_STATEMENT_BYTES`] parse a few at a time, server-wide
+//! ([`admit`]): twenty clients sending such chains at once held 1.9 GB.
+//!
 //! Two checks, whatever the operators:
 //! - before parsing, on the tokens, the chains that are not expressions
 //!   (set operations, array type declarators), so those trees are never
@@ -46,9 +51,61 @@ pub const MAX_ARRAY_DECLARATORS: usize = 100;
 /// Highest parameter number: the protocol counts parameters in 16 bits.
 pub const MAX_PARAMETER: usize = 65_535;
 
-/// Refuses a text over the size limit, and chains the parser would build
-/// without bounding their depth.
-pub(crate) fn check_text(sql: &str) -> Result<()> {
+/// Texts longer than this are parsed at most [`LARGE_PARSES`] at a time.
+pub const LARGE_STATEMENT_BYTES: usize = 16 * 1024;
+/// Large texts parsed at once, server-wide.
+pub const LARGE_PARSES: usize = 2;
+
+/// A turn to parse (and plan) a large text; dropped when done.
+#[derive(Debug)]
+pub struct LargeParse {
+    /// The thread's first turn (the one counted server-wide); nested
+    /// turns of the same thread only count depth.
+    first: bool,
+}
+
+static LARGE: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+thread_local! {
+    /// Turns this thread holds: a thread that holds one parses again
+    /// without waiting (the analytics path parses its text twice), so two
+    /// threads can never wait on each other.
+    static HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl Drop for LargeParse {
+    fn drop(&mut self) {
+        HELD.with(|h| h.set(h.get().saturating_sub(1)));
+        if self.first {
+            let mut running = LARGE.0.lock().unwrap_or_else(|e| e.into_inner());
+            *running -= 1;
+            LARGE.1.notify_one();
+        }
+    }
+}
+
+/// Waits for a turn if `sql` is large (a connection's own thread waits;
+/// nothing else does); `None` for ordinary texts. Hold the turn while the
+/// text's trees are alive, and on the thread that took it.
+pub fn admit(sql: &str) -> Option<LargeParse> {
+    if sql.len() <= LARGE_STATEMENT_BYTES {
+        return None;
+    }
+    let first = HELD.with(|h| h.get()) == 0;
+    if first {
+        let mut running = LARGE.0.lock().unwrap_or_else(|e| e.into_inner());
+        while *running >= LARGE_PARSES {
+            running = LARGE.1.wait(running).unwrap_or_else(|e| e.into_inner());
+        }
+        *running += 1;
+    }
+    HELD.with(|h| h.set(h.get() + 1));
+    Some(LargeParse { first })
+}
+
+/// Refuses a text over the size limit.
+pub(crate) fn check_length(sql: &str) -> Result<()> {
     if sql.len() > MAX_STATEMENT_BYTES {
         return Err(PlanError::TooComplex {
             message: format!(
@@ -58,6 +115,11 @@ pub(crate) fn check_text(sql: &str) -> Result<()> {
             too_long: true,
         });
     }
+    Ok(())
+}
+
+/// Refuses chains the parser would build without bounding their depth.
+pub(crate) fn check_text(sql: &str) -> Result<()> {
     // A short text cannot hold a chain deep enough to matter: skip the
     // extra pass.
     if sql.len() <= 4 * MAX_SET_OPERATIONS {

@@ -198,6 +198,11 @@ impl Planner {
     /// numbers. Walking or even dropping a tree deeper than a thread's
     /// stack would abort the whole server.
     pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+        budget::check_length(sql)?;
+        // Declared before the tokens and the tree, dropped after them: a
+        // large text is tokenized, parsed and (if refused) dropped inside
+        // its turn.
+        let _turn = budget::admit(sql);
         budget::check_text(sql)?;
         let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
             if matches!(e, sqlparser::parser::ParserError::RecursionLimitExceeded) {

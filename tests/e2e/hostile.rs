@@ -326,3 +326,232 @@ async fn saturated_analytics_leave_connections_and_cancels_prompt() {
     let idle_cpu = cpu_seconds(&s) - before;
     assert!(idle_cpu < 0.5, "{idle_cpu} CPU seconds after the cancels");
 }
+
+/// One CopyData message holding 50,000 rows used to be parsed in time
+/// quadratic in its size (the buffer was drained per record); COPY now
+/// parses linearly and stops on statement_timeout and cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_parses_one_large_message_and_can_be_stopped() {
+    use futures::SinkExt;
+    let mut s = TestServer::demo(&["--throttle", "off"]);
+    let bystander = connect(&s).await;
+    let c = connect(&s).await;
+    c.batch_execute("CREATE TABLE bulk (pk TEXT, rk TEXT, v TEXT, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    let rows = 50_000;
+    let data: String = (0..rows)
+        .map(|i| format!("p{}\tr{i:06}\tvalue {i}\n", i % 50))
+        .collect();
+    let sink = c.copy_in("COPY bulk FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(data)).await.unwrap();
+    assert_eq!(sink.finish().await.unwrap(), rows);
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM bulk", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, rows as i64);
+    // statement_timeout covers the whole COPY, data and all.
+    c.batch_execute("SET statement_timeout = '500ms'")
+        .await
+        .unwrap();
+    let sink = c.copy_in("COPY bulk FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from_static(b"q\tr1\tx\n"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let _ = sink.send(bytes::Bytes::from_static(b"q\tr2\tx\n")).await;
+    let err = sink.finish().await.unwrap_err();
+    assert_eq!(code(&err), Some("57014"), "{err:?}");
+    c.batch_execute("RESET statement_timeout").await.unwrap();
+    // A cancel request stops it too.
+    let token = c.cancel_token();
+    let sink = c.copy_in("COPY bulk FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from_static(b"q\tr3\tx\n"))
+        .await
+        .unwrap();
+    token.cancel_query(NoTls).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = sink.send(bytes::Bytes::from_static(b"q\tr4\tx\n")).await;
+    let err = sink.finish().await.unwrap_err();
+    assert_eq!(code(&err), Some("57014"), "{err:?}");
+    // Neither stopped COPY wrote anything.
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM bulk WHERE pk = 'q'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    still_serving(&mut s, &bystander).await;
+}
+
+/// 200 hostile connections of every kind above beside 8 well-behaved
+/// clients: every query of the good clients succeeds, fresh clients still
+/// connect, and the server's peak memory stays bounded (printed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_hostile_connections_beside_eight_good_clients() {
+    let mut s = TestServer::demo(&[
+        "--throttle",
+        "off",
+        "--max-connections",
+        "150",
+        "--analytics-concurrency",
+        "2",
+        "--analytics-queue-wait",
+        "1",
+    ]);
+    let port = s.port;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // 120 raw sockets: idle, half a startup packet, 1 GiB claims, garbage
+    // after startup. Held open until the end.
+    let raw = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for i in 0..120u32 {
+            let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) else {
+                continue;
+            };
+            let _ = c.set_write_timeout(Some(Duration::from_millis(200)));
+            let payload = match i % 4 {
+                0 => Vec::new(),
+                1 => startup()[..7].to_vec(),
+                2 => [startup(), vec![b'Q'], 0x3fff_fff0u32.to_be_bytes().to_vec()].concat(),
+                _ => [startup(), (0..200u32).map(|b| (b * 37 + i) as u8).collect()].concat(),
+            };
+            let _ = c.write_all(&payload);
+            held.push(c);
+        }
+        held
+    });
+    // 80 authenticated hostile sessions: budget-busting statements, heavy
+    // analytics, PREPARE floods, abandoned cursors.
+    let mut hostile = Vec::new();
+    for i in 0..80usize {
+        let conn = s.conn_str();
+        let stop = stop.clone();
+        hostile.push(tokio::spawn(async move {
+            let Ok((c, connection)) = tokio_postgres::connect(&conn, NoTls).await else {
+                return;
+            };
+            tokio::spawn(connection);
+            let deep = format!("SELECT 1{}", "&1".repeat(100_000));
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let sql = match i % 4 {
+                    0 => deep.clone(),
+                    1 => "SELECT max(a.value * b.value) FROM generate_series(1, 10000) a CROSS JOIN generate_series(1, 100000) b".to_owned(),
+                    2 => format!("PREPARE p{n} AS SELECT name FROM registrations WHERE race = $1"),
+                    _ => "BEGIN; DECLARE c CURSOR FOR SELECT * FROM registrations; FETCH 1 FROM c".to_owned(),
+                };
+                let _ = c.batch_execute(&sql).await;
+                if i % 4 == 3 {
+                    let _ = c.batch_execute("ROLLBACK").await;
+                }
+            }
+        }));
+    }
+    let raw = raw.join().unwrap();
+    // 8 good clients for 8 seconds.
+    let mut good = Vec::new();
+    for g in 0..8 {
+        let c = connect(&s).await;
+        good.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let mut ok = 0;
+            while started.elapsed() < Duration::from_secs(8) {
+                let rows = if g % 2 == 0 {
+                    c.query("SELECT runner FROM registrations WHERE race = $1", &[&NYC])
+                        .await
+                } else {
+                    c.query(
+                        "SELECT name FROM registrations WHERE race = $1 AND runner >= 'AGE:' AND runner < 'AGE:~'",
+                        &[&NYC],
+                    )
+                    .await
+                };
+                assert!(!rows.expect("a good client's query failed").is_empty());
+                ok += 1;
+            }
+            ok
+        }));
+    }
+    let mut answered = 0;
+    for g in good {
+        answered += g.await.unwrap();
+    }
+    let bystander = connect(&s).await;
+    let took = still_serving(&mut s, &bystander).await;
+    let peak = peak_rss_kb(&s);
+    eprintln!(
+        "8 good clients answered {answered} queries beside 200 hostile connections; fresh connection {took:?}; server peak RSS {} MiB",
+        peak / 1024
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in hostile {
+        let _ = tokio::time::timeout(Duration::from_secs(15), h).await;
+    }
+    drop(raw);
+    assert!(peak < 1024 * 1024, "peak RSS {peak} kB");
+}
+
+/// A session's prepared statements (protocol and SQL), cursors and
+/// settings are capped: a client that floods them gets 54000, not the
+/// server's memory.
+#[tokio::test]
+async fn a_session_cannot_hoard_statements_cursors_or_settings() {
+    let s = TestServer::demo(&["--throttle", "off"]);
+    let c = connect(&s).await;
+    let sql = "SELECT name FROM registrations WHERE race = $1";
+    let mut kept = Vec::new();
+    let err = loop {
+        match c.prepare(sql).await {
+            Ok(st) => kept.push(st),
+            Err(e) => break e,
+        }
+        assert!(kept.len() <= 1_000, "more than 1,000 statements kept");
+    };
+    assert_eq!(code(&err), Some("54000"), "{err:?}");
+    assert_eq!(kept.len(), 1_000);
+    // Closing statements (dropping them here) gives their places back.
+    kept.truncate(900);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let again = c.prepare(sql).await.unwrap();
+    c.query(&again, &[&NYC]).await.unwrap();
+    drop(kept);
+    let mut script = String::new();
+    for i in 0..1_000 {
+        script.push_str(&format!("PREPARE p{i} AS SELECT 1;"));
+    }
+    c.batch_execute(&script).await.unwrap();
+    let err = c
+        .batch_execute("PREPARE one_more AS SELECT 1")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), Some("54000"), "{err:?}");
+    c.batch_execute("DEALLOCATE ALL; PREPARE one_more AS SELECT 1")
+        .await
+        .unwrap();
+    let mut script = String::from("BEGIN;");
+    for i in 0..100 {
+        script.push_str(&format!(
+            "DECLARE c{i} CURSOR FOR SELECT * FROM registrations;"
+        ));
+    }
+    c.batch_execute(&script).await.unwrap();
+    let err = c
+        .batch_execute("DECLARE c100 CURSOR FOR SELECT * FROM registrations")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), Some("54000"), "{err:?}");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    let err = c
+        .batch_execute(&format!("SET my.big = '{}'", "x".repeat(70_000)))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&err), Some("54000"), "{err:?}");
+    c.batch_execute("SET my.small = 'ok'").await.unwrap();
+}
