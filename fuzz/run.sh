@@ -15,7 +15,7 @@ command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 # without it a build takes minutes less and runs several times faster.
 # Panics, overflows of the stack and arithmetic are what the targets find.
 flags=(--sanitizer none --debug-assertions)
-cargo +nightly fuzz build "${flags[@]}" $targets
+cargo +nightly fuzz build "${flags[@]}"
 failed=0
 for t in $targets; do
   mkdir -p "corpus/$t"

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock};
 use libfuzzer_sys::fuzz_target;
 use tablegate_planner::{ExecOptions, Plan, Planner, explain};
 use tablegate_store::partition::PartitionConfig;
-use tablegate_store::{EntityWrite, LocalStore, Operation, PartitionedStore, Value};
+use tablegate_store::{EntityWrite, LocalStore, Operation, PartitionedStore, TableStore, Value};
 
 struct Fixture {
     runtime: tokio::runtime::Runtime,
@@ -35,9 +35,9 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         .unwrap();
         let p = Planner::open(store.clone()).await.unwrap();
         for sql in [
-            "CREATE TABLE t (pk TEXT, rk TEXT, name TEXT, n INT, big BIGINT, x DOUBLE PRECISION, \
+            "CREATE TABLE tbl (pk TEXT, rk TEXT, name TEXT, n INT, big BIGINT, x DOUBLE PRECISION, \
              b BOOLEAN, ts TIMESTAMPTZ, u UUID, bin BYTEA, PRIMARY KEY (pk, rk))",
-            "CREATE TABLE one (id TEXT PRIMARY KEY, v TEXT)",
+            "CREATE TABLE ones (id TEXT PRIMARY KEY, v TEXT)",
         ] {
             let stmt = &Planner::parse(sql).unwrap()[0];
             let plan = p.plan(stmt, sql).unwrap();
@@ -52,7 +52,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
                     .with("x", Value::Double(f64::from(i) / 3.0)),
             ));
         }
-        store.execute("t", ops.into()).await.unwrap();
+        store.execute("tbl", ops.into()).await.unwrap();
         p
     });
     Fixture { runtime, planner }

@@ -1,1 +1,1 @@
-SELECT name, n FROM t WHERE pk = 'a' AND rk = 'r01'
+SELECT name, n FROM tbl WHERE pk = 'a' AND rk = 'r01'

@@ -1,1 +1,1 @@
-SELECT * FROM t WHERE pk = 'a' AND rk >= 'r05' AND rk < 'r10' AND n > 3
+SELECT * FROM tbl WHERE pk = 'a' AND rk >= 'r05' AND rk < 'r10' AND n > 3

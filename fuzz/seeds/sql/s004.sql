@@ -1,1 +1,1 @@
-SELECT pk, rk FROM t WHERE n = 1 OR x > 2.5 OR name IN ('n1', 'n2')
+SELECT pk, rk FROM tbl WHERE n = 1 OR x > 2.5 OR name IN ('n1', 'n2')

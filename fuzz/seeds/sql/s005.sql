@@ -1,1 +1,1 @@
-SELECT * FROM t WHERE NOT (pk = 'a' AND (rk < 'r03' OR rk > 'r17'))
+SELECT * FROM tbl WHERE NOT (pk = 'a' AND (rk < 'r03' OR rk > 'r17'))

@@ -1,1 +1,1 @@
-SELECT * FROM t WHERE pk = $1 AND rk BETWEEN $2 AND 'r9' AND n <> $3
+SELECT * FROM tbl WHERE pk = $1 AND rk BETWEEN $2 AND 'r9' AND n <> $3

@@ -1,1 +1,1 @@
-EXPLAIN SELECT name FROM t WHERE pk IN ('a', 'b') AND rk = 'r01'
+EXPLAIN SELECT name FROM tbl WHERE pk IN ('a', 'b') AND rk = 'r01'

@@ -1,1 +1,1 @@
-SELECT * FROM t WHERE pk = 'a' AND rk = 'r01' AND pk = 'b'
+SELECT * FROM tbl WHERE pk = 'a' AND rk = 'r01' AND pk = 'b'

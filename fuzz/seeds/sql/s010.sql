@@ -1,1 +1,1 @@
-SELECT v FROM one WHERE id >= 'x' AND id IS NOT NULL AND v IS NULL
+SELECT v FROM ones WHERE id >= 'x' AND id IS NOT NULL AND v IS NULL

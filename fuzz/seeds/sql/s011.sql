@@ -1,1 +1,1 @@
-SELECT count(*), name FROM t GROUP BY name ORDER BY 2
+SELECT count(*), name FROM tbl GROUP BY name ORDER BY 2

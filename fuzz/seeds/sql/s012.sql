@@ -1,1 +1,1 @@
-UPDATE t SET n = n + 1 WHERE pk = 'a' AND rk = 'r02'
+UPDATE tbl SET n = n + 1 WHERE pk = 'a' AND rk = 'r02'

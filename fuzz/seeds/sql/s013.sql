@@ -1,1 +1,1 @@
-DELETE FROM t WHERE pk = 'a' AND rk LIKE 'r0\_%'
+DELETE FROM tbl WHERE pk = 'a' AND rk LIKE 'r0\_%'

@@ -1,1 +1,1 @@
-INSERT INTO t (pk, rk, name) VALUES ('a', 'z', 'q') ON CONFLICT (pk, rk) DO UPDATE SET name = EXCLUDED.name
+INSERT INTO tbl (pk, rk, name) VALUES ('a', 'z', 'q') ON CONFLICT (pk, rk) DO UPDATE SET name = EXCLUDED.name

@@ -1,1 +1,1 @@
-SELECT * FROM t WHERE x::text = '1' AND -n < 5 AND big % 3 = 1
+SELECT * FROM tbl WHERE x::text = '1' AND -n < 5 AND big % 3 = 1
