@@ -317,10 +317,18 @@ mod tests {
         assert!(a.take_slot("app").is_none(), "the last slot is reserved");
         let admin = a.take_slot("admin").unwrap();
         assert!(a.take_slot("admin").is_none(), "all slots taken");
+        // As PostgreSQL counts: others get a slot only while more than
+        // the reserved ones are free.
         drop(s1);
-        assert!(a.take_slot("app").is_some());
+        assert!(
+            a.take_slot("app").is_none(),
+            "one free slot, and it is reserved"
+        );
         drop(admin);
+        let s3 = a.take_slot("app").expect("two free, one of them reserved");
         assert_eq!(a.sessions(), 2);
+        drop(s3);
+        assert_eq!(a.sessions(), 1);
     }
 
     #[tokio::test]

@@ -96,6 +96,20 @@ impl ConnIo {
         matches!(self.transport, Transport::Blocking(_))
     }
 
+    /// A message was decoded: what is still buffered (`buffered`) starts at
+    /// the next message as pgwire sees it. pgwire's decoders read some
+    /// messages up to a NUL rather than to their declared length, so the
+    /// guard follows pgwire's boundaries, not only the declared ones: a
+    /// client cannot hide a long length from the guard inside a message
+    /// that declares more than it holds.
+    pub(crate) fn resync(&mut self, buffered: &[u8], untyped: bool) {
+        self.frames.body_left = 0;
+        self.frames.header_len = 0;
+        self.frames.untyped = untyped;
+        // A refusal found here fails the next read.
+        let _ = self.frames.check(buffered);
+    }
+
     /// Authentication is over: messages may be up to `limit` bytes.
     pub(crate) fn authenticated(&mut self, limit: usize) {
         self.frames.limit = limit;
@@ -581,6 +595,15 @@ mod tests {
         // A startup packet claiming 1 GiB.
         let mut f = Frames::default();
         assert!(f.check(&untyped(1 << 30, 196_608)).is_err());
+        // Resynchronised at a boundary pgwire chose (a startup packet that
+        // declared more than it held), the guard sees the header hidden in
+        // the declared remainder.
+        let mut f = Frames::default();
+        f.check(&untyped(10_000, 196_608)).unwrap();
+        f.body_left = 0;
+        f.header_len = 0;
+        f.untyped = false;
+        assert!(f.check(&typed(b'Q', 0x3fff_fff0)).is_err());
         // Under trust, a query may follow the startup packet at once.
         let mut f = Frames {
             trusted_limit: Some(1 << 20),

@@ -271,6 +271,9 @@ impl Parser {
             } else if b == b'\n' {
                 self.lines += 1;
                 if !self.in_quotes {
+                    if i - self.start > MAX_RECORD_BYTES {
+                        return Err(self.too_long());
+                    }
                     let lines = std::mem::take(&mut self.lines);
                     self.scanned = i + 1;
                     return Ok(Some((i, i + 1, lines)));
@@ -279,14 +282,7 @@ impl Parser {
         }
         self.scanned = self.buf.len();
         if self.buf.len() - self.start > MAX_RECORD_BYTES {
-            return Err(PgError::new(
-                "54000",
-                format!(
-                    "COPY record on line {} is longer than {MAX_RECORD_BYTES} bytes",
-                    self.line + 1
-                ),
-            )
-            .hint("a row must fit in an entity (1 MiB of properties); check the format's delimiter and quoting"));
+            return Err(self.too_long());
         }
         if last && self.start < self.buf.len() {
             let lines = std::mem::take(&mut self.lines) + 1;
@@ -294,6 +290,17 @@ impl Parser {
             return Ok(Some((end, end, lines)));
         }
         Ok(None)
+    }
+
+    fn too_long(&self) -> PgError {
+        PgError::new(
+            "54000",
+            format!(
+                "COPY record on line {} is longer than {MAX_RECORD_BYTES} bytes",
+                self.line + 1
+            ),
+        )
+        .hint("a row must fit in an entity (1 MiB of properties); check the format's delimiter and quoting")
     }
 
     fn text_fields(&self, line_text: &str, line: u64) -> Result<Vec<Field>, PgError> {
@@ -569,5 +576,11 @@ mod tests {
             }
         }
         assert_eq!(err.expect("refused").code, "54000");
+        // A complete record over the limit, in one chunk, too.
+        let mut p = Parser::new(text());
+        let mut long = vec![b'x'; MAX_RECORD_BYTES + 1];
+        long.push(b'\n');
+        p.feed(&long);
+        assert_eq!(p.next_record(false).unwrap_err().code, "54000");
     }
 }

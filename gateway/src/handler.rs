@@ -728,6 +728,9 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
 /// every session may hold this many (JDBC caches 256 by default, psycopg
 /// 100).
 pub const MAX_NAMED_STATEMENTS: usize = 1_000;
+/// Most text of protocol-level prepared statements one session holds
+/// (their plans take a few times more).
+pub const MAX_PREPARED_BYTES: usize = 16 << 20;
 
 /// Most open cursors one session holds.
 pub const MAX_CURSORS: usize = 100;
@@ -745,9 +748,10 @@ pub struct ConnHandler {
     cursors: Cursors,
     /// Statements of SQL-level PREPARE, by name.
     named: Mutex<std::collections::HashMap<String, Prepared>>,
-    /// Names of the protocol-level prepared statements (pgwire keeps
-    /// them; this counts them against [`MAX_NAMED_STATEMENTS`]).
-    parsed: Mutex<std::collections::HashSet<String>>,
+    /// Names and text lengths of the protocol-level prepared statements
+    /// (pgwire keeps them; this counts them against
+    /// [`MAX_NAMED_STATEMENTS`] and [`MAX_PREPARED_BYTES`]).
+    parsed: Mutex<std::collections::HashMap<String, usize>>,
     /// The open `BEGIN` block's staged writes.
     txn: Mutex<Option<Transaction>>,
     /// A `COPY ... FROM STDIN` in progress.
@@ -1620,8 +1624,9 @@ impl ConnHandler {
         Ok(Response::Execution(Tag::new("COPY").with_rows(count)))
     }
 
-    /// Turns parsed COPY records into rows and writes them when enough are
-    /// buffered (or at the end). Errors are kept for CopyDone.
+    /// Turns parsed COPY records into rows and writes them whenever enough
+    /// are buffered (or at the end), however many records one CopyData
+    /// holds. Errors are kept for CopyDone.
     async fn copy_progress(&self, st: &mut CopyIn, last: bool) {
         if st.error.is_some() {
             return;
@@ -1635,6 +1640,11 @@ impl ConnHandler {
                 None
             }
         };
+        // Inside BEGIN the rows are staged as they arrive (a transaction
+        // holds at most 100), so the EGT's rules (one PartitionKey, 100
+        // operations, 4 MiB) refuse a COPY that breaks them at once.
+        let in_txn = self.txn.lock().is_some();
+        let batch = if in_txn { 100 } else { COPY_FLUSH_ROWS };
         let mut parsed = 0usize;
         loop {
             parsed += 1;
@@ -1659,18 +1669,24 @@ impl ConnHandler {
                     return;
                 }
             }
+            if st.rows.len() >= batch {
+                self.copy_flush(st).await;
+                if st.error.is_some() {
+                    return;
+                }
+            }
         }
         if let Some(e) = stopped(st) {
             st.error = Some(e);
             return;
         }
-        // Inside BEGIN the rows are staged as they arrive, so the EGT's
-        // rules (one PartitionKey, 100 operations, 4 MiB) refuse a COPY
-        // that breaks them at once, not after all its data is buffered.
-        let in_txn = self.txn.lock().is_some();
-        if st.rows.is_empty() || (!last && !in_txn && st.rows.len() < COPY_FLUSH_ROWS) {
-            return;
+        if !st.rows.is_empty() && (last || in_txn) {
+            self.copy_flush(st).await;
         }
+    }
+
+    /// Writes (or, inside BEGIN, stages) the rows a COPY has buffered.
+    async fn copy_flush(&self, st: &mut CopyIn) {
         let rows = std::mem::take(&mut st.rows);
         let mut txn = self.txn.lock().take();
         let r = tablegate_planner::apply::insert_rows(
@@ -2348,12 +2364,19 @@ impl ExtendedQueryHandler for ConnHandler {
         let named = name != pgwire::api::DEFAULT_NAME;
         if named {
             let parsed = self.parsed.lock();
-            if !parsed.contains(&name) && parsed.len() >= MAX_NAMED_STATEMENTS {
+            let held: usize = parsed
+                .iter()
+                .filter(|(n, _)| **n != name)
+                .map(|(_, len)| len)
+                .sum();
+            let too_many = !parsed.contains_key(&name) && parsed.len() >= MAX_NAMED_STATEMENTS;
+            if too_many || held + message.query.len() > MAX_PREPARED_BYTES {
                 return Err(wire_error(
                     PgError::new(
                         "54000",
                         format!(
-                            "too many prepared statements: a session holds at most {MAX_NAMED_STATEMENTS}"
+                            "too many prepared statements: a session holds at most {MAX_NAMED_STATEMENTS}, of {} MiB of text in all",
+                            MAX_PREPARED_BYTES >> 20
                         ),
                     )
                     .hint("close statements no longer needed (Close, or the driver's statement cache size)"),
@@ -2367,7 +2390,7 @@ impl ExtendedQueryHandler for ConnHandler {
             None => client.portal_store().put_empty_statement(&name),
         }
         if named {
-            self.parsed.lock().insert(name);
+            self.parsed.lock().insert(name, message.query.len());
         }
         client
             .send(PgWireBackendMessage::ParseComplete(

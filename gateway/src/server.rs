@@ -128,6 +128,8 @@ impl Server {
         let threads = ConnectionThreads::new();
         // Connections whose thread is running, starting or not.
         let open = Arc::new(AtomicUsize::new(0));
+        // Sockets being refused (on this runtime, without a thread).
+        let refusing = Arc::new(AtomicUsize::new(0));
         // A connection thread for each session slot and each starting
         // connection, and a few for those on their way out.
         let max_threads =
@@ -148,7 +150,17 @@ impl Server {
                     };
                     let _ = socket.set_nodelay(true);
                     if open.load(Ordering::SeqCst) >= max_threads {
-                        tokio::spawn(refuse(socket, registry.clone(), "sorry, too many clients already"));
+                        // Refusals are bounded too: past the cap a socket
+                        // is closed unread.
+                        if refusing.load(Ordering::SeqCst) < MAX_REFUSING {
+                            refusing.fetch_add(1, Ordering::SeqCst);
+                            let guard = ActiveGuard(refusing.clone());
+                            let registry = registry.clone();
+                            tokio::spawn(async move {
+                                let _guard = guard;
+                                refuse(socket, registry, "sorry, too many clients already").await;
+                            });
+                        }
                         continue;
                     }
                     open.fetch_add(1, Ordering::SeqCst);
@@ -227,6 +239,12 @@ async fn serve_connection(
     // The same codec and buffers over a transport that can leave the
     // reactor once startup is done (see `conn_io`).
     let parts = socket.into_parts();
+    // Bytes sent in plaintext after the SSLRequest must not be read as if
+    // they came through TLS (as PostgreSQL refuses them since
+    // CVE-2021-23214).
+    if matches!(parts.io, pgwire::tokio::server::MaybeTls::Tls(_)) && !parts.read_buf.is_empty() {
+        return Ok(());
+    }
     let trusted = handlers.trusts().then_some(limits.max_message_bytes);
     let mut io = FramedParts::new(ConnIo::new(parts.io, &parts.read_buf, trusted), parts.codec);
     io.read_buf = parts.read_buf;
@@ -323,6 +341,11 @@ async fn serve_connection(
             socket.get_mut().authenticated(limits.max_message_bytes);
             socket.get_mut().make_blocking(sockets)?;
         }
+        // The frame guard follows the boundary pgwire decoded to.
+        let buffered = std::mem::take(socket.read_buffer_mut());
+        let untyped = matches!(socket.state(), PgWireConnectionState::AwaitingStartup);
+        socket.get_mut().resync(&buffered, untyped);
+        *socket.read_buffer_mut() = buffered;
     }
     Ok(())
 }
@@ -468,6 +491,10 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// Sockets answered by [`refuse`] at once; past it a socket is closed
+/// unread (each holds a descriptor for up to its timeout).
+const MAX_REFUSING: usize = 256;
+
 /// Answers a client the server has no thread for: declines SSL if asked,
 /// reads the startup packet, serves it if it is a CancelRequest (cancels
 /// are never refused), else sends FATAL 53300 and closes.
@@ -512,5 +539,44 @@ async fn refuse(mut socket: TcpStream, registry: Arc<CancelRegistry>, why: &str)
         socket.write_all(&msg).await?;
         socket.shutdown().await
     };
-    let _ = tokio::time::timeout(Duration::from_secs(5), work).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), work).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cancel::CancelSignal;
+    use pgwire::messages::startup::SecretKey;
+
+    /// Over every limit, a CancelRequest is still served, and anything
+    /// else gets FATAL 53300.
+    #[tokio::test]
+    async fn a_refused_socket_still_delivers_its_cancel() {
+        let registry = Arc::new(CancelRegistry::default());
+        let signal = Arc::new(CancelSignal::default());
+        registry.register(4242, SecretKey::I32(7), signal.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let mut cancel = 16u32.to_be_bytes().to_vec();
+        cancel.extend_from_slice(&80_877_102u32.to_be_bytes());
+        cancel.extend_from_slice(&4242i32.to_be_bytes());
+        cancel.extend_from_slice(&7i32.to_be_bytes());
+        client.write_all(&cancel).await.unwrap();
+        refuse(server, registry.clone(), "busy").await;
+        assert_eq!(signal.generation(), 1, "the cancel was delivered");
+
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let mut startup = vec![0, 0, 0, 9];
+        startup.extend_from_slice(&196_608u32.to_be_bytes());
+        startup.push(0);
+        client.write_all(&startup).await.unwrap();
+        refuse(server, registry, "busy").await;
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.contains("53300") && text.contains("busy"), "{text:?}");
+    }
 }

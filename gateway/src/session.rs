@@ -195,10 +195,20 @@ impl Session {
                 ));
             }
         };
-        if key.len() + value.len() > MAX_SETTING_BYTES {
+        let others: usize = self
+            .settings
+            .iter()
+            .filter(|(k, _)| **k != key)
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        if key.len() + value.len() > MAX_SETTING_BYTES
+            || others + key.len() + value.len() > MAX_SETTINGS_BYTES
+        {
             return Err(PgError::new(
                 "54000",
-                format!("setting \"{name}\" is longer than {MAX_SETTING_BYTES} bytes"),
+                format!(
+                    "setting \"{name}\" is too long: one setting holds at most {MAX_SETTING_BYTES} bytes, a session's settings {MAX_SETTINGS_BYTES}"
+                ),
             ));
         }
         self.settings.insert(key, value);
@@ -237,6 +247,8 @@ impl Session {
 pub const MAX_SETTINGS: usize = 1_000;
 /// Longest setting, name and value together.
 pub const MAX_SETTING_BYTES: usize = 64 * 1024;
+/// Most bytes of all a session's settings together.
+pub const MAX_SETTINGS_BYTES: usize = 1 << 20;
 
 /// Parses what statements read from the settings (values are validated by
 /// [`Session::set`]).

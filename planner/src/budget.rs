@@ -14,6 +14,12 @@
 //! texts over [`LARGE_STATEMENT_BYTES`] parse a few at a time, server-wide
 //! ([`admit`]): twenty clients sending such chains at once held 1.9 GB.
 //!
+//! A tree is also dropped when the parser fails part-way (`1 + 1 + … FROM`):
+//! sqlparser drops what it built so far by recursion, before any check of
+//! ours can run. So large texts are parsed, checked and (if refused)
+//! dropped on a stack of their own, sized for the deepest chain a text
+//! within the size limit can hold ([`on_parse_stack`]).
+//!
 //! Two checks, whatever the operators:
 //! - before parsing, on the tokens, the chains that are not expressions
 //!   (set operations, array type declarators), so those trees are never
@@ -104,6 +110,21 @@ pub fn admit(sql: &str) -> Option<LargeParse> {
     Some(LargeParse { first })
 }
 
+/// Stack for parsing a large text: the deepest chain 1 MiB can hold is
+/// about 520,000 levels, and dropping one level takes up to a few hundred
+/// bytes of stack. Address space only: pages are touched as used.
+const PARSE_STACK_BYTES: usize = 512 << 20;
+
+/// Runs `f` (parse and check `sql`) on a stack large enough to drop the
+/// deepest tree `sql` can hold; ordinary texts (too short to nest deeper
+/// than a thread's stack allows) run where they are.
+pub(crate) fn on_parse_stack<T>(sql: &str, f: impl FnOnce() -> T) -> T {
+    if sql.len() <= LARGE_STATEMENT_BYTES {
+        return f();
+    }
+    stacker::grow(PARSE_STACK_BYTES, f)
+}
+
 /// Refuses a text over the size limit.
 pub(crate) fn check_length(sql: &str) -> Result<()> {
     if sql.len() > MAX_STATEMENT_BYTES {
@@ -120,9 +141,9 @@ pub(crate) fn check_length(sql: &str) -> Result<()> {
 
 /// Refuses chains the parser would build without bounding their depth.
 pub(crate) fn check_text(sql: &str) -> Result<()> {
-    // A short text cannot hold a chain deep enough to matter: skip the
-    // extra pass.
-    if sql.len() <= 4 * MAX_SET_OPERATIONS {
+    // A short text cannot hold enough set operations to matter; array
+    // declarators are looked for wherever there is a bracket.
+    if sql.len() <= 4 * MAX_SET_OPERATIONS && !sql.contains('[') {
         return Ok(());
     }
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
@@ -317,6 +338,15 @@ mod tests {
             assert_eq!(code(&unions), Some("54001"));
             let arrays = format!("SELECT NULL::int{}", "[]".repeat(400_000));
             assert_eq!(code(&arrays), Some("54001"));
+            let arrays = format!("SELECT NULL::int{}", "[]".repeat(MAX_ARRAY_DECLARATORS + 1));
+            assert_eq!(code(&arrays), Some("54001"));
+            let arrays = format!("SELECT NULL::int{}", "[]".repeat(MAX_ARRAY_DECLARATORS));
+            assert_eq!(code(&arrays), None);
+            // A chain the parser fails on part-way: it drops what it built.
+            for tail in [" FROM", "+", "; SELEC"] {
+                let broken = format!("SELECT 1{}{tail}", "+1".repeat(400_000));
+                assert_eq!(code(&broken), Some("42601"), "{tail}");
+            }
             let nested = format!("SELECT {}1{}", "(".repeat(10_000), ")".repeat(10_000));
             assert_eq!(code(&nested), Some("54001"));
             let minus = format!("SELECT {}1", "- ".repeat(100_000));

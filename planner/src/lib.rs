@@ -204,27 +204,12 @@ impl Planner {
         // its turn.
         let _turn = budget::admit(sql);
         budget::check_text(sql)?;
-        let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| {
-            if matches!(e, sqlparser::parser::ParserError::RecursionLimitExceeded) {
-                return PlanError::TooComplex {
-                    message:
-                        "statement nests parentheses, subqueries or prefix operators too deeply"
-                            .into(),
-                    too_long: false,
-                };
-            }
-            let message = e.to_string();
-            let position = parse_position(sql, &message);
-            let message = message
-                .trim_start_matches("sql parser error: ")
-                .split(" at Line: ")
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            PlanError::Syntax { message, position }
-        })?;
-        budget::check_tree(&mut stmts)?;
-        Ok(stmts)
+        budget::on_parse_stack(sql, || {
+            let mut stmts =
+                Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| syntax_error(sql, e))?;
+            budget::check_tree(&mut stmts)?;
+            Ok(stmts)
+        })
     }
 
     /// Plans one statement (prepare time: names, types, route).
@@ -464,6 +449,27 @@ impl Planner {
 }
 
 pub use budget::{MAX_DEPTH, MAX_NODES, MAX_PARAMETER, MAX_STATEMENT_BYTES};
+
+/// A sqlparser error as the planner's: a syntax error with its position,
+/// or nesting beyond the parser's recursion limit (54001).
+fn syntax_error(sql: &str, e: sqlparser::parser::ParserError) -> PlanError {
+    if matches!(e, sqlparser::parser::ParserError::RecursionLimitExceeded) {
+        return PlanError::TooComplex {
+            message: "statement nests parentheses, subqueries or prefix operators too deeply"
+                .into(),
+            too_long: false,
+        };
+    }
+    let message = e.to_string();
+    let position = parse_position(sql, &message);
+    let message = message
+        .trim_start_matches("sql parser error: ")
+        .split(" at Line: ")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    PlanError::Syntax { message, position }
+}
 
 /// The 1-based character position in `sql` of a sqlparser error message's
 /// `Line: l, Column: c`.

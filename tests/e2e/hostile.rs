@@ -68,6 +68,42 @@ fn cpu_seconds(s: &TestServer) -> f64 {
     ticks / 100.0
 }
 
+/// An analytics query that keeps a core busy for far longer than any test.
+const HEAVY: &str = "SELECT max(a.value + b.value) FROM generate_series(1, 10000) a CROSS JOIN generate_series(1, 1000000000) b";
+
+/// A session running [`HEAVY`], and its cancel token.
+struct Heavy {
+    token: tokio_postgres::CancelToken,
+    running: tokio::task::JoinHandle<
+        Result<Vec<tokio_postgres::SimpleQueryMessage>, tokio_postgres::Error>,
+    >,
+}
+
+impl Heavy {
+    fn start(c: Client) -> Heavy {
+        Heavy {
+            token: c.cancel_token(),
+            running: tokio::spawn(async move { c.simple_query(HEAVY).await }),
+        }
+    }
+
+    /// Sends the cancel request and waits for the query to end with 57014.
+    async fn cancel(self) {
+        self.token.cancel_query(NoTls).await.unwrap();
+        self.cancelled().await;
+    }
+
+    /// Waits for the query to end with 57014.
+    async fn cancelled(self) {
+        let err = tokio::time::timeout(Duration::from_secs(10), self.running)
+            .await
+            .expect("the cancel took effect")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(code(&err), Some("57014"), "{err}");
+    }
+}
+
 /// Statements that each aborted the whole process: parameter numbers
 /// without bound and operator chains deeper than a thread's stack, on the
 /// native and analytics paths, in simple and extended protocol and in
@@ -172,23 +208,10 @@ async fn idle_sockets_do_not_lock_clients_out() {
         clients.len()
     );
     // At the limit, a cancel request is still served.
-    let busy = clients.pop().unwrap();
-    let token = busy.cancel_token();
-    let heavy = tokio::spawn(async move {
-        busy.simple_query(
-            "SELECT max(a.value + b.value) FROM generate_series(1, 10000) a CROSS JOIN generate_series(1, 1000000000) b",
-        )
-        .await
-    });
+    let heavy = Heavy::start(clients.pop().unwrap());
     tokio::time::sleep(Duration::from_millis(500)).await;
     let asked = Instant::now();
-    token.cancel_query(NoTls).await.unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(10), heavy)
-        .await
-        .expect("the cancel took effect")
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(code(&err), Some("57014"), "{err}");
+    heavy.cancel().await;
     eprintln!("cancel at the connection limit took {:?}", asked.elapsed());
     drop(idle);
     drop(slow);
@@ -207,9 +230,19 @@ fn oversized_messages_are_refused_before_they_are_buffered() {
         let _ = c.read_to_end(&mut got);
         String::from_utf8_lossy(&got).into_owned()
     };
-    // A startup packet claiming 1 GiB.
-    let got = exchange(&(1u32 << 30).to_be_bytes());
-    assert!(got.is_empty() || got.contains("54000"), "{got:?}");
+    // A startup packet claiming 1 GiB (length and protocol code).
+    let got = exchange(&[(1u32 << 30).to_be_bytes(), 196_608u32.to_be_bytes()].concat());
+    assert!(got.contains("54000"), "{got:?}");
+    // A startup packet that declares 10,000 bytes but ends its parameters
+    // early: pgwire decodes the rest as the next message, here a Query
+    // claiming 1 GiB. The guard follows pgwire's boundary and refuses it.
+    let mut packet = startup();
+    packet[..4].copy_from_slice(&10_000u32.to_be_bytes());
+    packet.push(b'Q');
+    packet.extend_from_slice(&0x3fff_fff0u32.to_be_bytes());
+    packet.resize(10_000, b'x');
+    let got = exchange(&packet);
+    assert!(got.contains("54000"), "{got:?}");
     // After authentication: a Query claiming 1 GiB, then one of 2 MiB
     // over the 1 MiB limit; neither body is sent.
     for len in [0x3fff_fff0u32, 2 << 20] {
@@ -249,21 +282,9 @@ async fn scram_sessions_can_be_cancelled() {
     );
     let a = connect_to(&conn).await;
     let b = connect_to(&conn).await;
-    let token = a.cancel_token();
-    let heavy = tokio::spawn(async move {
-        a.simple_query(
-            "SELECT max(a.value + b.value) FROM generate_series(1, 10000) a CROSS JOIN generate_series(1, 1000000000) b",
-        )
-        .await
-    });
+    let heavy = Heavy::start(a);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    token.cancel_query(NoTls).await.unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(10), heavy)
-        .await
-        .expect("the cancel took effect")
-        .unwrap()
-        .unwrap_err();
-    assert_eq!(code(&err), Some("57014"), "{err}");
+    heavy.cancel().await;
     // The other session was not touched.
     b.simple_query("SELECT 1").await.unwrap();
 }
@@ -283,19 +304,15 @@ async fn saturated_analytics_leave_connections_and_cancels_prompt() {
         "2",
     ]);
     let bystander = connect(&s).await;
-    let heavy_sql = "SELECT max(a.value + b.value) FROM generate_series(1, 10000) a CROSS JOIN generate_series(1, 1000000000) b";
-    let mut tokens = Vec::new();
     let mut running = Vec::new();
     for _ in 0..2 {
-        let c = connect(&s).await;
-        tokens.push(c.cancel_token());
-        running.push(tokio::spawn(async move { c.simple_query(heavy_sql).await }));
+        running.push(Heavy::start(connect(&s).await));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Both turns are taken: a third waits its queue time, then 53000.
     let queued = connect(&s).await;
     let started = Instant::now();
-    let err = queued.simple_query(heavy_sql).await.unwrap_err();
+    let err = queued.simple_query(HEAVY).await.unwrap_err();
     assert_eq!(code(&err), Some("53000"), "{err}");
     assert!(
         started.elapsed() >= Duration::from_secs(2),
@@ -308,16 +325,11 @@ async fn saturated_analytics_leave_connections_and_cancels_prompt() {
     assert!(took < Duration::from_secs(5), "{took:?}");
     // Cancels take effect, and the work stops with them.
     let asked = Instant::now();
-    for t in &tokens {
-        t.cancel_query(NoTls).await.unwrap();
+    for h in &running {
+        h.token.cancel_query(NoTls).await.unwrap();
     }
-    for r in running {
-        let err = tokio::time::timeout(Duration::from_secs(10), r)
-            .await
-            .expect("the cancel took effect")
-            .unwrap()
-            .unwrap_err();
-        assert_eq!(code(&err), Some("57014"), "{err}");
+    for h in running {
+        h.cancelled().await;
     }
     eprintln!("two cancels under saturation took {:?}", asked.elapsed());
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -554,4 +566,49 @@ async fn a_session_cannot_hoard_statements_cursors_or_settings() {
         .unwrap_err();
     assert_eq!(code(&err), Some("54000"), "{err:?}");
     c.batch_execute("SET my.small = 'ok'").await.unwrap();
+}
+
+/// An analytics turn is held while a plan computes, not while its batches
+/// wait for a reader: cursors nobody fetches from do not lock others out
+/// of the engine.
+#[tokio::test]
+async fn idle_cursors_hold_no_analytics_turn() {
+    let s = TestServer::demo(&[
+        "--throttle",
+        "off",
+        "--runners",
+        "300",
+        "--analytics-concurrency",
+        "1",
+        "--analytics-queue-wait",
+        "2",
+    ]);
+    let idle = connect(&s).await;
+    // Page-sized batches (1,000 entities) of a 10,800-entity scan: more
+    // than the cursor's channel holds.
+    for i in 0..3 {
+        idle.batch_execute(&format!(
+            "DECLARE c{i} CURSOR WITH HOLD FOR SELECT name, upper(name) FROM registrations"
+        ))
+        .await
+        .unwrap();
+    }
+    let other = connect(&s).await;
+    let rows = other
+        .query(
+            "SELECT race, count(*) FROM registrations GROUP BY race ORDER BY race",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(!rows.is_empty());
+    // The cursors still read where they left off.
+    let first = idle.simple_query("FETCH 2 FROM c0").await.unwrap();
+    assert_eq!(
+        first
+            .iter()
+            .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+            .count(),
+        2
+    );
 }

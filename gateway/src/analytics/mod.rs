@@ -369,9 +369,13 @@ impl Engine {
         let (started_tx, started) = tokio::sync::oneshot::channel();
         let (tx, mut rx) = tokio::sync::mpsc::channel(2);
         let on_panic = tx.clone();
+        let pool = self.pool.clone();
         let work = async move {
-            // The turn is held until the plan's last batch is sent.
-            let _permit = permit;
+            // The turn is held while the plan computes, and given back
+            // while a batch waits for its reader: a cursor nobody fetches
+            // from, or a client that stops reading, holds no turn.
+            let metered = permit.is_some();
+            let mut permit = permit;
             let stream = match ctx.execute_logical_plan(plan).await {
                 Ok(df) => df.execute_stream().await,
                 Err(e) => Err(e),
@@ -386,7 +390,21 @@ impl Engine {
                     return;
                 }
             };
-            while let Some(batch) = stream.next().await {
+            loop {
+                // A started plan waits for its turn as long as it takes
+                // (it was admitted once, and its reader asked).
+                let held = match (metered, permit.take()) {
+                    (_, Some(p)) => Some(p),
+                    (true, None) => match pool.running.clone().acquire_owned().await {
+                        Ok(p) => Some(p),
+                        Err(_) => return,
+                    },
+                    (false, None) => None,
+                };
+                let Some(batch) = stream.next().await else {
+                    return;
+                };
+                drop(held);
                 if tx.send(batch).await.is_err() {
                     return; // the reader is gone
                 }
