@@ -9,10 +9,10 @@
 //! `x IS NULL IS NULL …`, `SELECT 1 UNION SELECT 1 …`, `int[][][] …`. A
 //! statement within the 1 MiB text limit can hold half a million levels.
 //!
-//! Parsing itself costs memory: sqlparser's tokens and tree take about 170
-//! times the text (a 600 KB operator chain held ~100 MB while parsed), so
-//! texts over [`LARGE_STATEMENT_BYTES`] parse a few at a time, server-wide
-//! ([`admit`]): twenty clients sending such chains at once held 1.9 GB.
+//! Parsing itself costs memory: sqlparser's tokens and tree take two
+//! orders of magnitude more than the text, so texts over
+//! [`LARGE_STATEMENT_BYTES`] parse a few at a time, server-wide
+//! ([`admit`]), and memory stays bounded however many clients send them.
 //!
 //! A tree is also dropped when the parser fails part-way (`1 + 1 + … FROM`):
 //! sqlparser drops what it built so far by recursion, before any check of
@@ -56,9 +56,8 @@ pub const MAX_SET_OPERATIONS: usize = 1_000;
 pub const MAX_ARRAY_DECLARATORS: usize = 100;
 /// Deepest nesting of parentheses. sqlparser 0.62 backtracks on nested
 /// parentheses and function calls, about doubling its work per level
-/// (`a(b(a(b(…` 20 deep took 4.5 s in a release build; fixed upstream in
-/// later versions): without this bound a statement of a few dozen bytes
-/// could hold a core for hours.
+/// (fixed upstream in later versions): without this bound a statement of
+/// a few dozen bytes could hold a core for hours.
 pub const MAX_NESTING: usize = 16;
 /// Highest parameter number: the protocol counts parameters in 16 bits.
 pub const MAX_PARAMETER: usize = 65_535;
