@@ -278,6 +278,20 @@ impl From<&datafusion::common::DataFusionError> for PgError {
             other => {
                 let m = other.strip_backtrace();
                 let lower = m.to_ascii_lowercase();
+                // DataFusion says these only in text; PostgreSQL's words.
+                if lower.contains("scalar subquery returned more than one row") {
+                    return PgError::new(
+                        "21000",
+                        "more than one row returned by a subquery used as an expression",
+                    );
+                }
+                if lower.contains("correlated scalar subquery must be aggregated") {
+                    return PgError::new(
+                        "0A000",
+                        "not supported: a correlated subquery in an expression that is not an aggregate",
+                    )
+                    .hint("aggregate it (max(), min(), count(), …) so it returns one row per outer row, or write it as a LEFT JOIN");
+                }
                 let code = if lower.contains("table") && lower.contains("not found") {
                     "42P01"
                 } else if lower.contains("no field named") || lower.contains("column") && lower.contains("not found") {

@@ -16,13 +16,15 @@
 //! psql's catalog queries into SQL DataFusion runs. We chose it over a
 //! hand-written catalog because it already answers psql's `\d` family and
 //! common driver metadata queries; it pulls pgwire 0.41 (through arrow-pg)
-//! beside our 0.42, used only for its type tables.
+//! beside our 0.42, used only for its type tables. Its SQL rewrites apply
+//! to user queries only where they keep the answer ([`dialect`]).
 //!
-//! Memory is bounded per session by a DataFusion memory pool
-//! ([`MEMORY_LIMIT`] by default): sorts and aggregates spill to disk, what
-//! cannot spill (a hash join's build side) fails with 53200, and the server
-//! is never OOM-killed.
+//! Memory is bounded for the whole server by one DataFusion memory pool
+//! ([`MEMORY_LIMIT`] by default, [`Pool`]): sorts and aggregates spill to
+//! disk, what cannot spill (a hash join's build side) fails with 53200, and
+//! the server is never OOM-killed.
 
+pub mod dialect;
 pub mod info_schema;
 pub mod provider;
 pub mod system;
@@ -37,7 +39,6 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{SendableRecordBatchStream, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
-use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use parking_lot::Mutex;
 use tablegate_catalog::SqlType;
 use tablegate_planner::{ExecOptions, Planner};
@@ -207,7 +208,7 @@ pub struct Engine {
     /// Where plans run (see [`Engine::execute`]).
     pool: Pool,
     opts: SharedOptions,
-    parser: PostgresCompatibilityParser,
+    parser: dialect::SqlDialect,
 }
 
 impl std::fmt::Debug for Engine {
@@ -262,7 +263,7 @@ impl Engine {
             ctx,
             pool,
             opts,
-            parser: PostgresCompatibilityParser::new(),
+            parser: dialect::SqlDialect::new(),
         })
     }
 

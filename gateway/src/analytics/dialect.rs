@@ -1,0 +1,130 @@
+//! SQL text to the statement DataFusion plans: PostgreSQL syntax, with
+//! datafusion-pg-catalog's rewrites where they keep the answer the same.
+//!
+//! datafusion-pg-catalog's `PostgresCompatibilityParser` exists for the
+//! catalog queries psql, pgcli and drivers send. Two of its rewrites change
+//! what a query returns: a correlated subquery in the select list becomes
+//! `NULL`, and an uncorrelated one gets `LIMIT 1` (PostgreSQL refuses a
+//! second row with 21000). Those are acceptable for a `\d` column DataFusion
+//! cannot plan, never for a user's query over the store. So a statement
+//! that reads no system catalog gets every other rewrite of that crate, and
+//! only one that reads `pg_catalog` or `information_schema` goes through
+//! the whole compatibility parser (with its list of known client queries).
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use datafusion::sql::sqlparser::ast::{ObjectName, ObjectNamePart, Statement, visit_relations};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use datafusion_pg_catalog::sql::rules::{
+    AliasDuplicatedProjectionRewrite, CurrentUserVariableToSessionUserFunctionCall,
+    FixArrayLiteral, FixVersionColumnName, PrependUnqualifiedPgTableName,
+    ResolveUnqualifiedIdentifier, RewriteArrayAnyAllOperation, RewritePgCatalogOperator,
+    RewriteRegCastToSubquery, SqlStatementRewriteRule, StripCallableQualifier, StripCollate,
+};
+
+/// The analytics engine's SQL parser.
+#[derive(Debug)]
+pub struct SqlDialect {
+    /// The crate's rewrites less `RemoveSubqueryFromProjection`, in its order.
+    rules: Vec<Arc<dyn SqlStatementRewriteRule>>,
+    catalog: PostgresCompatibilityParser,
+}
+
+impl Default for SqlDialect {
+    fn default() -> Self {
+        SqlDialect::new()
+    }
+}
+
+impl SqlDialect {
+    pub fn new() -> SqlDialect {
+        SqlDialect {
+            rules: vec![
+                Arc::new(AliasDuplicatedProjectionRewrite),
+                Arc::new(ResolveUnqualifiedIdentifier),
+                Arc::new(RewriteArrayAnyAllOperation),
+                Arc::new(PrependUnqualifiedPgTableName),
+                Arc::new(StripCallableQualifier),
+                Arc::new(FixArrayLiteral),
+                Arc::new(CurrentUserVariableToSessionUserFunctionCall),
+                Arc::new(StripCollate),
+                Arc::new(RewritePgCatalogOperator),
+                Arc::new(RewriteRegCastToSubquery::new()),
+                Arc::new(FixVersionColumnName),
+            ],
+            catalog: PostgresCompatibilityParser::new(),
+        }
+    }
+
+    /// Parses `sql` into statements ready for DataFusion's planner.
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
+        let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
+            // The compatibility parser replaces some client queries token
+            // by token before parsing; it also gives the error otherwise.
+            return self.catalog.parse(sql);
+        };
+        let statements: Vec<Statement> = statements
+            .into_iter()
+            .map(|s| self.rules.iter().fold(s, |s, r| r.rewrite(s)))
+            .collect();
+        if statements.iter().any(reads_system_catalog) {
+            return self.catalog.parse(sql);
+        }
+        Ok(statements)
+    }
+}
+
+/// True when `s` names a relation in `pg_catalog` or `information_schema`
+/// (unqualified pg_catalog names are qualified by then).
+fn reads_system_catalog(s: &Statement) -> bool {
+    visit_relations(s, |name: &ObjectName| {
+        let first = name.0.first().and_then(ObjectNamePart::as_ident);
+        match first {
+            Some(i)
+                if name.0.len() > 1
+                    && (i.value.eq_ignore_ascii_case("pg_catalog")
+                        || i.value.eq_ignore_ascii_case("information_schema")) =>
+            {
+                ControlFlow::Break(())
+            }
+            _ => ControlFlow::Continue(()),
+        }
+    })
+    .is_break()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(sql: &str) -> String {
+        let mut s = SqlDialect::new().parse(sql).unwrap();
+        assert_eq!(s.len(), 1);
+        s.remove(0).to_string()
+    }
+
+    #[test]
+    fn subqueries_over_user_tables_are_kept_as_written() {
+        let sql = "SELECT c.id, (SELECT max(o.amount) FROM ord AS o WHERE o.cid = c.id) AS mx FROM cust AS c";
+        assert_eq!(one(sql), sql);
+        let sql = "SELECT (SELECT o.amount FROM ord AS o) AS a";
+        assert_eq!(one(sql), sql);
+    }
+
+    #[test]
+    fn catalog_queries_get_the_compatibility_rewrites() {
+        // psql's `\d` asks for a correlated subquery DataFusion cannot plan.
+        let sql = "SELECT a.attname, (SELECT d.adbin FROM pg_attrdef d WHERE d.adrelid = a.attrelid) AS def FROM pg_catalog.pg_attribute a";
+        assert!(one(sql).contains("NULL AS def"), "{}", one(sql));
+        assert!(one("SELECT * FROM pg_class").contains("pg_catalog.pg_class"));
+        assert_eq!(one("SELECT version()"), "SELECT version() AS version");
+    }
+
+    #[test]
+    fn syntax_errors_are_errors() {
+        assert!(SqlDialect::new().parse("SELEC 1").is_err());
+    }
+}
