@@ -150,6 +150,16 @@ impl Debug for ScramStartup {
     }
 }
 
+/// The parameters reported at startup (ParameterStatus), as PostgreSQL 15
+/// reports them: drivers read `server_version` to pick features
+/// (SQLAlchemy parses it), so it agrees with `SHOW server_version`.
+pub fn server_parameters() -> DefaultServerParameterProvider {
+    let mut params = DefaultServerParameterProvider::default();
+    params.server_version = crate::session::SERVER_VERSION.to_owned();
+    params.scram_iterations = SCRAM_ITERATIONS;
+    params
+}
+
 impl ScramStartup {
     /// A SCRAM handler over `users` for one connection.
     pub fn new(
@@ -158,9 +168,7 @@ impl ScramStartup {
         cancel: Arc<CancelSignal>,
         pid: Arc<Mutex<Option<i32>>>,
     ) -> Self {
-        let mut params = DefaultServerParameterProvider::default();
-        params.scram_iterations = SCRAM_ITERATIONS;
-        let inner = SASLAuthStartupHandler::new(Arc::new(params))
+        let inner = SASLAuthStartupHandler::new(Arc::new(server_parameters()))
             .with_scram(ScramAuth::new(users))
             .with_pid_secret_key_generator(crate::cancel::shared_pid_generator());
         ScramStartup {

@@ -16,7 +16,6 @@ use std::time::Instant;
 use async_trait::async_trait;
 use futures::{Sink, SinkExt, StreamExt};
 use parking_lot::Mutex;
-use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{
     ExtendedQueryHandler, SimpleQueryHandler, send_execution_response, send_query_response,
@@ -89,6 +88,12 @@ pub enum Prepared {
     Commit,
     /// ROLLBACK.
     Rollback,
+    /// SAVEPOINT name.
+    Savepoint(String),
+    /// RELEASE [SAVEPOINT] name.
+    Release(String),
+    /// ROLLBACK TO [SAVEPOINT] name.
+    RollbackTo(String),
     /// SELECT version().
     Version,
     /// DECLARE name [NO SCROLL] CURSOR [WITH HOLD] FOR select.
@@ -203,6 +208,19 @@ impl NativeSelect {
 
 impl Prepared {
     /// The types of the statement's `$n` parameters.
+    /// Parameters the plan leaves untyped (analytics only): each takes
+    /// the type the client declares.
+    fn open_params(&self) -> &[bool] {
+        match self {
+            Prepared::Engine { plan, .. }
+            | Prepared::Declare {
+                query: CursorQuery::Engine(plan),
+                ..
+            } => &plan.open_params,
+            _ => &[],
+        }
+    }
+
     fn param_types(&self) -> &[SqlType] {
         match self {
             Prepared::Select(s) => &s.plan.param_types,
@@ -477,14 +495,25 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
                     .hint("reset settings one by one"));
             }
         }),
-        // `SHOW tablegate.page_size` arrives as two identifiers.
-        Statement::ShowVariable { variable } => Prepared::Show(
-            variable
+        // `SHOW tablegate.page_size` arrives as two identifiers; PostgreSQL
+        // spells two settings in words (SQLAlchemy asks the first on connect).
+        Statement::ShowVariable { variable } => {
+            let words: Vec<String> = variable
                 .iter()
-                .map(|i| i.value.clone())
-                .collect::<Vec<_>>()
-                .join("."),
-        ),
+                .map(|i| i.value.to_ascii_lowercase())
+                .collect();
+            Prepared::Show(
+                match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+                    ["transaction", "isolation", "level"] => "transaction_isolation".into(),
+                    ["time", "zone"] => "timezone".into(),
+                    _ => variable
+                        .iter()
+                        .map(|i| i.value.clone())
+                        .collect::<Vec<_>>()
+                        .join("."),
+                },
+            )
+        }
         Statement::Declare { stmts } => match stmts.as_slice() {
             [d] if d.names.len() == 1 && d.for_query.is_some() => {
                 if d.scroll == Some(true) {
@@ -613,6 +642,14 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
         Statement::Rollback {
             savepoint: None, ..
         } => Prepared::Rollback,
+        Statement::Rollback {
+            savepoint: Some(name),
+            ..
+        } => Prepared::RollbackTo(tablegate_planner::expr::fold(name)),
+        Statement::Savepoint { name } => Prepared::Savepoint(tablegate_planner::expr::fold(name)),
+        Statement::ReleaseSavepoint { name } => {
+            Prepared::Release(tablegate_planner::expr::fold(name))
+        }
         Statement::Copy {
             source,
             to,
@@ -754,6 +791,9 @@ pub struct ConnHandler {
     parsed: Mutex<std::collections::HashMap<String, usize>>,
     /// The open `BEGIN` block's staged writes.
     txn: Mutex<Option<Transaction>>,
+    /// Set by a ROLLBACK TO SAVEPOINT that succeeded: the transaction is
+    /// no longer failed (pgwire's status would keep it failed).
+    restored: std::sync::atomic::AtomicBool,
     /// A `COPY ... FROM STDIN` in progress.
     copy_in: tokio::sync::Mutex<Option<CopyIn>>,
     /// The session's analytics engine, made on first use.
@@ -798,6 +838,7 @@ impl Connection {
                 named: Mutex::default(),
                 parsed: Mutex::default(),
                 txn: Mutex::new(None),
+                restored: Default::default(),
                 copy_in: tokio::sync::Mutex::new(None),
                 planner,
                 session: Mutex::new(Session::default()),
@@ -882,6 +923,7 @@ impl PgWireServerHandlers for Connection {
         };
         Arc::new(Startup {
             mode,
+            engine: h.engine.clone(),
             tls_required: h.tls_required,
             admission: h.admission.clone(),
             slot: h.slot.clone(),
@@ -902,6 +944,7 @@ impl PgWireServerHandlers for Connection {
 #[derive(Debug)]
 pub struct Startup {
     mode: StartupMode,
+    engine: EngineCell,
     tls_required: bool,
     admission: Option<Arc<crate::admission::Admission>>,
     slot: Arc<Mutex<Option<crate::admission::SessionSlot>>>,
@@ -936,6 +979,11 @@ impl pgwire::api::auth::StartupHandler for Startup {
             info.severity = "FATAL".to_owned();
             return Err(PgWireError::UserError(Box::new(info)));
         }
+        if let pgwire::messages::PgWireFrontendMessage::Startup(s) = &message
+            && let Some(user) = s.parameters.get(pgwire::api::METADATA_USER)
+        {
+            user.clone_into(&mut self.engine.user.lock());
+        }
         let Some(admission) = &self.admission else {
             return match &self.mode {
                 StartupMode::Trust(h) => h.on_startup(client, message).await,
@@ -964,27 +1012,30 @@ impl pgwire::api::auth::StartupHandler for Startup {
     }
 }
 
-// Trust authentication; the server only accepts it on loopback. After
-// startup the session becomes reachable by cancel requests.
+// Trust authentication; the server only accepts it on loopback. The
+// session becomes reachable by cancel requests before ReadyForQuery.
 #[async_trait]
-impl NoopStartupHandler for ConnHandler {
-    fn pid_secret_key_generator(&self) -> &dyn pgwire::api::PidSecretKeyGenerator {
-        crate::cancel::pid_generator()
-    }
-
-    async fn post_startup<C>(
+impl pgwire::api::auth::StartupHandler for ConnHandler {
+    async fn on_startup<C>(
         &self,
         client: &mut C,
-        _message: pgwire::messages::PgWireFrontendMessage,
+        message: pgwire::messages::PgWireFrontendMessage,
     ) -> PgWireResult<()>
     where
-        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let (pid, secret) = client.pid_and_secret_key();
-        self.registry.register(pid, secret, self.cancel.clone());
-        *self.pid.lock() = Some(pid);
+        if let pgwire::messages::PgWireFrontendMessage::Startup(startup) = &message {
+            pgwire::api::auth::protocol_negotiation(client, startup).await?;
+            pgwire::api::auth::save_startup_parameters_to_metadata(client, startup);
+            let (pid, secret) = crate::cancel::pid_generator().generate(client);
+            client.set_pid_and_secret_key(pid, secret.clone());
+            self.registry.register(pid, secret, self.cancel.clone());
+            *self.pid.lock() = Some(pid);
+            pgwire::api::auth::finish_authentication(client, &crate::auth::server_parameters())
+                .await?;
+        }
         Ok(())
     }
 }
@@ -1175,6 +1226,13 @@ impl ConnHandler {
                 Response::Execution(Tag::new(outcome.tag))
             }
             Prepared::Set(name, value) => {
+                // Debug builds only (tests): a statement that panics its
+                // connection's thread while holding the session's state.
+                #[cfg(debug_assertions)]
+                if name.eq_ignore_ascii_case("tablegate.inject_panic") {
+                    let _held = (self.session.lock(), self.txn.lock());
+                    panic!("injected panic: {value}");
+                }
                 self.session.lock().set(name, value)?;
                 Response::Execution(Tag::new("SET"))
             }
@@ -1299,6 +1357,30 @@ impl ConnHandler {
                     Response::TransactionEnd(Tag::new("ROLLBACK"))
                 }
             }
+            Prepared::Savepoint(name) | Prepared::Release(name) | Prepared::RollbackTo(name) => {
+                let (verb, tag) = match p {
+                    Prepared::Savepoint(_) => ("SAVEPOINT", "SAVEPOINT"),
+                    Prepared::Release(_) => ("RELEASE SAVEPOINT", "RELEASE"),
+                    _ => ("ROLLBACK TO SAVEPOINT", "ROLLBACK"),
+                };
+                let mut txn = self.txn.lock();
+                let Some(t) = txn.as_mut() else {
+                    return Err(PgError::new(
+                        "25P01",
+                        format!("{verb} can only be used in transaction blocks"),
+                    ));
+                };
+                match p {
+                    Prepared::Savepoint(_) => t.savepoint(name),
+                    Prepared::Release(_) => t.release(name),
+                    _ => t.rollback_to(name).inspect(|()| {
+                        self.restored
+                            .store(true, std::sync::atomic::Ordering::Relaxed)
+                    }),
+                }
+                .map_err(plan_err)?;
+                Response::Execution(Tag::new(tag))
+            }
             Prepared::Declare { name, query, hold } => {
                 // The session's record too: after BEGIN in the same
                 // multi-statement query, pgwire's status is still idle.
@@ -1342,7 +1424,7 @@ impl ConnHandler {
                         }))
                     }
                     CursorQuery::Engine(plan) => {
-                        let engine = engine_of(&self.planner, &self.engine).await?;
+                        let engine = self.engine_for_run().await?;
                         let run = engine.execute(plan, params, opts.clone());
                         let batches = tokio::select! {
                             r = run => r.map_err(|e| PgError::from(&e))?,
@@ -1508,7 +1590,7 @@ impl ConnHandler {
                 ));
             }
             Prepared::Engine { plan, explain } => {
-                let engine = engine_of(&self.planner, &self.engine).await?;
+                let engine = self.engine_for_run().await?;
                 let df = |e: datafusion::common::DataFusionError| PgError::from(&e);
                 match explain {
                     Some(analyze) => {
@@ -1899,7 +1981,16 @@ impl SimpleQueryHandler for ConnHandler {
                 ))
                 .await?;
         } else {
-            for r in SimpleQueryHandler::do_query(self, client, &query.query).await? {
+            let responses = SimpleQueryHandler::do_query(self, client, &query.query).await?;
+            // A ROLLBACK TO among them ended a failed state; any later
+            // response comes after it and moves the status on from there.
+            if self
+                .restored
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+            {
+                status = TransactionStatus::Transaction;
+            }
+            for r in responses {
                 match r {
                     Response::EmptyQuery => {
                         client
@@ -2004,6 +2095,8 @@ pub struct StatementParser {
 struct EngineSlot {
     engine: tokio::sync::OnceCell<Arc<Engine>>,
     pool: Mutex<Option<crate::analytics::Pool>>,
+    /// The authenticated user (`current_user`), set at startup.
+    user: Mutex<String>,
 }
 
 type EngineCell = Arc<EngineSlot>;
@@ -2015,12 +2108,23 @@ async fn engine_of(planner: &Planner, cell: &EngineCell) -> Result<Arc<Engine>, 
                 cell.pool.lock().clone().unwrap_or_else(|| {
                     crate::analytics::Pool::current(crate::analytics::MEMORY_LIMIT)
                 });
-            Engine::new(planner.clone(), pool)
+            let user = cell.user.lock().clone();
+            Engine::new(planner.clone(), pool, &user)
                 .map(Arc::new)
                 .map_err(|e| PgError::from(&e))
         })
         .await
         .cloned()
+}
+
+impl ConnHandler {
+    /// The session's engine, reading the session's settings as they are
+    /// now (`current_setting`).
+    async fn engine_for_run(&self) -> Result<Arc<Engine>, PgError> {
+        let engine = engine_of(&self.planner, &self.engine).await?;
+        engine.set_session(&self.session.lock());
+        Ok(engine)
+    }
 }
 
 /// Plans an engine statement with DataFusion; other statements pass.
@@ -2210,6 +2314,7 @@ fn decode_param(
     portal: &Portal<Prepared>,
     i: usize,
     want: SqlType,
+    open: bool,
 ) -> Result<Option<Value>, PgError> {
     let declared = portal
         .statement
@@ -2280,6 +2385,7 @@ fn decode_param(
     // Numbers meet the column's numeric type; everything else must match.
     Ok(match (v, want) {
         (None, _) => None,
+        (v, _) if open => v,
         (Some(Value::Int64(n)), SqlType::Int4) => {
             Some(Value::Int32(i32::try_from(n).map_err(|_| {
                 PgError::new(
@@ -2526,7 +2632,15 @@ impl ExtendedQueryHandler for ConnHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let result = self._on_execute(client, message).await;
-        let status = settle_status(self.txn.lock().is_some(), client.transaction_status());
+        let derived = if self
+            .restored
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            TransactionStatus::Transaction
+        } else {
+            client.transaction_status()
+        };
+        let status = settle_status(self.txn.lock().is_some(), derived);
         client.set_transaction_status(status);
         result
     }
@@ -2546,7 +2660,10 @@ impl ExtendedQueryHandler for ConnHandler {
         let error = |e: PgError| Response::Error(Box::new(error_info(e)));
         let p = &portal.statement.statement;
         if client.transaction_status() == TransactionStatus::Error
-            && !matches!(p, Prepared::Commit | Prepared::Rollback)
+            && !matches!(
+                p,
+                Prepared::Commit | Prepared::Rollback | Prepared::RollbackTo(_)
+            )
         {
             return Ok(error(PgError::aborted()));
         }
@@ -2584,8 +2701,9 @@ impl ExtendedQueryHandler for ConnHandler {
             )));
         }
         let mut params = Vec::with_capacity(param_types.len());
+        let open = p.open_params();
         for (i, t) in param_types.iter().enumerate() {
-            match decode_param(portal, i, *t) {
+            match decode_param(portal, i, *t, open.get(i).copied().unwrap_or(false)) {
                 Ok(v) => params.push(v),
                 Err(e) => return Ok(error(e)),
             }

@@ -14,10 +14,17 @@ use tablegate_store::RetryPolicy;
 
 use crate::sqlstate::PgError;
 
+/// The PostgreSQL version tablegate answers as: `server_version` at
+/// startup and in SHOW, and the start of `version()`.
+pub const SERVER_VERSION: &str = "15.0";
+
+/// `server_version_num` of [`SERVER_VERSION`].
+const SERVER_VERSION_NUM: &str = "150000";
+
 /// The version string `version()` returns.
 pub fn version_string() -> String {
     format!(
-        "PostgreSQL 15.0 (tablegate {}) on a partitioned table store with Azure Table semantics",
+        "PostgreSQL {SERVER_VERSION} (tablegate {}) on a partitioned table store with Azure Table semantics",
         env!("CARGO_PKG_VERSION")
     )
 }
@@ -31,7 +38,8 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("intervalstyle", "postgres"),
     ("search_path", "public"),
     ("server_encoding", "UTF8"),
-    ("server_version", "15.0"),
+    ("server_version", SERVER_VERSION),
+    ("server_version_num", SERVER_VERSION_NUM),
     ("standard_conforming_strings", "on"),
     ("statement_timeout", "0"),
     ("timezone", "UTC"),
@@ -43,7 +51,12 @@ const DEFAULTS: &[(&str, &str)] = &[
 ];
 
 /// Settings PostgreSQL reports but does not let a session change.
-const READ_ONLY: &[&str] = &["server_version", "server_encoding", "integer_datetimes"];
+const READ_ONLY: &[&str] = &[
+    "server_version",
+    "server_version_num",
+    "server_encoding",
+    "integer_datetimes",
+];
 
 /// A session's settings.
 #[derive(Debug, Clone)]

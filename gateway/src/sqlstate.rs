@@ -223,6 +223,9 @@ impl From<&PlanError> for PgError {
             PlanError::DivisionByZero => PgError::new("22012", m),
             PlanError::Cardinality(_) => PgError::new("21000", m)
                 .hint("ensure that no rows proposed for insertion within the same command have duplicate keys"),
+            PlanError::NoSuchSavepoint(_) => PgError::new("3B001", m),
+            PlanError::TooManySavepoints(_) => PgError::new("54000", m)
+                .hint("RELEASE savepoints no longer needed"),
             PlanError::TransactionRule { rule, .. } => match rule {
                 TxnRule::OnePartition => PgError::new("0A000", m).hint(
                     "a transaction is one entity-group transaction: every write shares the first write's table and PartitionKey; COMMIT, then write the other partition",

@@ -66,7 +66,7 @@ const EXPLAINED: &[&str] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_shows_pushed_key_spans() {
     let p = planner().await;
-    let engine = Engine::new(p, Pool::current(1 << 30)).unwrap();
+    let engine = Engine::new(p, Pool::current(1 << 30), "tablegate").unwrap();
     let mut out = String::new();
     for sql in EXPLAINED {
         let plan = engine.plan(sql, "test").await.unwrap();
@@ -98,7 +98,7 @@ async fn explain_shows_pushed_key_spans() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_and_errors() {
     let p = planner().await;
-    let engine = Engine::new(p, Pool::current(1 << 30)).unwrap();
+    let engine = Engine::new(p, Pool::current(1 << 30), "tablegate").unwrap();
     let run = |sql: &'static str| {
         let engine = &engine;
         async move {
@@ -159,7 +159,7 @@ async fn results_and_errors() {
 async fn memory_limit_is_an_error_not_an_oom() {
     let p = planner().await;
     // 64 KiB: far less than a hash join's build side over a cross product.
-    let engine = Engine::new(p, Pool::current(64 << 10)).unwrap();
+    let engine = Engine::new(p, Pool::current(64 << 10), "tablegate").unwrap();
     let sql = "SELECT a.runner, count(*) FROM runners a JOIN runners b ON a.city = b.city \
                JOIN runners c ON b.city = c.city GROUP BY a.runner, b.runner, c.runner";
     let plan = engine.plan(sql, "test").await.unwrap();

@@ -115,6 +115,12 @@ pub enum PlanError {
         /// What happened.
         message: String,
     },
+    /// ROLLBACK TO or RELEASE names no savepoint of the transaction (3B001).
+    #[error("savepoint \"{0}\" does not exist")]
+    NoSuchSavepoint(String),
+    /// More savepoints than a transaction keeps (54000).
+    #[error("too many savepoints: a transaction keeps at most {0}")]
+    TooManySavepoints(usize),
     /// COMMIT found that an entity changed (or an inserted key appeared)
     /// since the transaction read it; nothing was applied (40001).
     #[error("could not serialize access due to concurrent update")]

@@ -108,9 +108,21 @@ impl Overlay {
     }
 }
 
+/// Savepoints one transaction keeps at most. Each holds a copy of the
+/// staged writes (at most an EGT's 100 entities and 4 MiB).
+pub const MAX_SAVEPOINTS: usize = 16;
+
 /// An open `BEGIN ... COMMIT` block's writes.
 #[derive(Debug, Default)]
 pub struct Transaction {
+    writes: Writes,
+    /// SAVEPOINTs, oldest first: each name with the writes as they were.
+    savepoints: Vec<(String, Writes)>,
+}
+
+/// The staged writes.
+#[derive(Debug, Default, Clone)]
+struct Writes {
     /// The first write's table and PartitionKey.
     scope: Option<(Arc<TableDef>, String)>,
     staged: BTreeMap<String, Staged>,
@@ -126,19 +138,54 @@ impl Transaction {
         Self::default()
     }
 
+    /// `SAVEPOINT name`: marks the writes so far. A name used before is
+    /// shadowed until released, as in PostgreSQL.
+    pub fn savepoint(&mut self, name: &str) -> Result<()> {
+        if self.savepoints.len() >= MAX_SAVEPOINTS {
+            return Err(PlanError::TooManySavepoints(MAX_SAVEPOINTS));
+        }
+        self.savepoints.push((name.to_owned(), self.writes.clone()));
+        Ok(())
+    }
+
+    /// `RELEASE SAVEPOINT name`: forgets it and every later one, keeping
+    /// the writes.
+    pub fn release(&mut self, name: &str) -> Result<()> {
+        let i = self.find(name)?;
+        self.savepoints.truncate(i);
+        Ok(())
+    }
+
+    /// `ROLLBACK TO SAVEPOINT name`: the writes as they were at it; it
+    /// stays, later ones go.
+    pub fn rollback_to(&mut self, name: &str) -> Result<()> {
+        let i = self.find(name)?;
+        self.savepoints.truncate(i + 1);
+        self.writes = self.savepoints[i].1.clone();
+        Ok(())
+    }
+
+    /// The newest savepoint called `name`.
+    fn find(&self, name: &str) -> Result<usize> {
+        self.savepoints
+            .iter()
+            .rposition(|(n, _)| n == name)
+            .ok_or_else(|| PlanError::NoSuchSavepoint(name.to_owned()))
+    }
+
     /// Distinct entities staged.
     pub fn len(&self) -> usize {
-        self.staged.len()
+        self.writes.staged.len()
     }
 
     /// True before the first write.
     pub fn is_empty(&self) -> bool {
-        self.staged.is_empty()
+        self.writes.staged.is_empty()
     }
 
     /// Checks that a write to `(table, pk, rk)` may join this transaction.
     pub fn admit(&self, table: &TableDef, pk: &str, rk: &str) -> Result<()> {
-        if let Some((t, p)) = &self.scope {
+        if let Some((t, p)) = &self.writes.scope {
             if !t.name.eq_ignore_ascii_case(&table.name) {
                 return Err(PlanError::TransactionRule {
                     rule: TxnRule::OnePartition,
@@ -158,13 +205,15 @@ impl Transaction {
                 });
             }
         }
-        if !self.staged.contains_key(rk) && self.staged.len() >= limits::MAX_BATCH_OPERATIONS {
+        if !self.writes.staged.contains_key(rk)
+            && self.writes.staged.len() >= limits::MAX_BATCH_OPERATIONS
+        {
             return Err(PlanError::TransactionRule {
                 rule: TxnRule::MaxEntities,
                 message: format!(
                     "a transaction writes at most {} distinct entities; this would be entity {}",
                     limits::MAX_BATCH_OPERATIONS,
-                    self.staged.len() + 1
+                    self.writes.staged.len() + 1
                 ),
             });
         }
@@ -180,15 +229,15 @@ impl Transaction {
         pk: &str,
         rk: &str,
     ) -> Result<Option<Option<Entity>>> {
-        let Some((table, p)) = &self.scope else {
+        let Some((table, p)) = &self.writes.scope else {
             return Ok(None);
         };
-        if p != pk || !self.staged.contains_key(rk) {
+        if p != pk || !self.writes.staged.contains_key(rk) {
             return Ok(None);
         }
         let table = table.name.clone();
         self.resolve(store, retry, &table, pk, rk).await?;
-        Ok(self.staged.get(rk).map(|s| view(s, pk, rk)))
+        Ok(self.writes.staged.get(rk).map(|s| view(s, pk, rk)))
     }
 
     async fn resolve(
@@ -199,19 +248,19 @@ impl Transaction {
         pk: &str,
         rk: &str,
     ) -> Result<()> {
-        if let Some(s) = self.staged.get(rk)
+        if let Some(s) = self.writes.staged.get(rk)
             && s.base == Base::Blind
         {
             let mut stats = RetryStats::default();
             let current = with_retry(retry, &mut stats, || store.get(table, pk, rk)).await?;
-            let s = self.staged.get_mut(rk).expect("checked");
+            let s = self.writes.staged.get_mut(rk).expect("checked");
             let before = payload(pk, rk, s);
             s.base = match current {
                 Some(e) => Base::Present(e),
                 None => Base::Absent,
             };
             // The base decides the operation (Insert, Replace, nothing).
-            self.bytes = self.bytes - before + payload(pk, rk, s);
+            self.writes.bytes = self.writes.bytes - before + payload(pk, rk, s);
         }
         Ok(())
     }
@@ -222,10 +271,10 @@ impl Transaction {
         store: &Backend,
         retry: &RetryPolicy,
     ) -> Result<Option<Arc<Overlay>>> {
-        let Some((table, pk)) = self.scope.clone() else {
+        let Some((table, pk)) = self.writes.scope.clone() else {
             return Ok(None);
         };
-        let keys: Vec<String> = self.staged.keys().cloned().collect();
+        let keys: Vec<String> = self.writes.staged.keys().cloned().collect();
         for rk in &keys {
             self.resolve(store, retry, &table.name, &pk, rk).await?;
         }
@@ -233,6 +282,7 @@ impl Transaction {
             table: table.name.clone(),
             partition_key: pk.clone(),
             rows: self
+                .writes
                 .staged
                 .iter()
                 .map(|(rk, s)| (rk.clone(), view(s, &pk, rk)))
@@ -253,7 +303,7 @@ impl Transaction {
     ) -> Result<()> {
         self.admit(table, pk, rk)?;
         let props = |w: EntityWrite| w.properties;
-        let next = match (self.staged.get(rk), change) {
+        let next = match (self.writes.staged.get(rk), change) {
             (None, change) => Staged {
                 base: match read {
                     None => Base::Blind,
@@ -317,8 +367,8 @@ impl Transaction {
                 }
             }
         };
-        let before = self.staged.get(rk).map_or(0, |s| payload(pk, rk, s));
-        let size = self.bytes - before + payload(pk, rk, &next);
+        let before = self.writes.staged.get(rk).map_or(0, |s| payload(pk, rk, s));
+        let size = self.writes.bytes - before + payload(pk, rk, &next);
         if size > limits::MAX_BATCH_BYTES {
             return Err(PlanError::TransactionRule {
                 rule: TxnRule::MaxBytes,
@@ -328,10 +378,10 @@ impl Transaction {
                 ),
             });
         }
-        self.staged.insert(rk.to_owned(), next);
-        self.bytes = size;
-        if self.scope.is_none() {
-            self.scope = Some((table.clone(), pk.to_owned()));
+        self.writes.staged.insert(rk.to_owned(), next);
+        self.writes.bytes = size;
+        if self.writes.scope.is_none() {
+            self.writes.scope = Some((table.clone(), pk.to_owned()));
         }
         Ok(())
     }
@@ -339,10 +389,11 @@ impl Transaction {
     /// The operations COMMIT sends, in RowKey order: the staged writes
     /// move into them.
     pub fn into_operations(self) -> Vec<Operation> {
-        let Some((_, pk)) = &self.scope else {
+        let Some((_, pk)) = &self.writes.scope else {
             return Vec::new();
         };
-        self.staged
+        self.writes
+            .staged
             .into_iter()
             .filter_map(|(rk, s)| operation(pk, rk, s))
             .collect()
@@ -352,10 +403,11 @@ impl Transaction {
     /// after).
     #[cfg(test)]
     fn operations(&self) -> Vec<Operation> {
-        let Some((_, pk)) = &self.scope else {
+        let Some((_, pk)) = &self.writes.scope else {
             return Vec::new();
         };
-        self.staged
+        self.writes
+            .staged
             .iter()
             .filter_map(|(rk, s)| operation(pk, rk.clone(), s.clone()))
             .collect()
@@ -364,7 +416,7 @@ impl Transaction {
     /// COMMIT: sends the staged writes as one entity-group transaction.
     /// Returns the number of operations applied.
     pub async fn commit(self, store: &Backend, retry: &RetryPolicy) -> Result<usize> {
-        let Some((table, _)) = &self.scope else {
+        let Some((table, _)) = &self.writes.scope else {
             return Ok(0);
         };
         let table = table.clone();
@@ -585,6 +637,45 @@ mod tests {
     }
 
     #[test]
+    fn savepoints_restore_release_and_are_bounded() {
+        let t = table();
+        let mut tx = Transaction::new();
+        tx.savepoint("empty").unwrap();
+        tx.stage(&t, "p", "a", Change::Insert(w("a", 30)), Some(None))
+            .unwrap();
+        tx.savepoint("one").unwrap();
+        tx.stage(&t, "p", "a", Change::Merge(w("a", 31)), Some(None))
+            .unwrap();
+        tx.stage(&t, "p", "b", Change::Insert(w("b", 1)), Some(None))
+            .unwrap();
+        tx.rollback_to("one").unwrap();
+        assert_eq!(tx.operations(), vec![Operation::Insert(w("a", 30))]);
+        // The savepoint stays after ROLLBACK TO; a second one works.
+        tx.stage(&t, "p", "c", Change::Insert(w("c", 2)), Some(None))
+            .unwrap();
+        tx.rollback_to("one").unwrap();
+        assert_eq!(tx.operations().len(), 1);
+        // RELEASE keeps the writes and forgets later savepoints too.
+        tx.savepoint("two").unwrap();
+        tx.stage(&t, "p", "d", Change::Insert(w("d", 3)), Some(None))
+            .unwrap();
+        tx.release("one").unwrap();
+        assert_eq!(tx.operations().len(), 2);
+        assert!(matches!(tx.rollback_to("two"), Err(PlanError::NoSuchSavepoint(n)) if n == "two"));
+        // Back to before the first write: another PartitionKey may start.
+        tx.rollback_to("empty").unwrap();
+        assert!(tx.is_empty());
+        tx.admit(&t, "q", "x").unwrap();
+        for i in 1..MAX_SAVEPOINTS {
+            tx.savepoint(&format!("s{i}")).unwrap();
+        }
+        assert!(matches!(
+            tx.savepoint("over"),
+            Err(PlanError::TooManySavepoints(_))
+        ));
+    }
+
+    #[test]
     fn statements_on_one_entity_coalesce_into_one_operation() {
         let t = table();
         let mut tx = Transaction::new();
@@ -641,7 +732,7 @@ mod tests {
                 Ok(()) => staged += 1,
                 Err(e) => break e,
             }
-            assert_eq!(tx.bytes, sent_bytes(&tx), "after {staged} writes");
+            assert_eq!(tx.writes.bytes, sent_bytes(&tx), "after {staged} writes");
         };
         assert!(matches!(
             err,
@@ -658,11 +749,11 @@ mod tests {
         tx.stage(&t, "p", "r000", Change::Upsert(w("r000", 1), false), None)
             .unwrap();
         tx.stage(&t, "p", "r001", Change::Delete, None).unwrap();
-        assert_eq!(tx.bytes, sent_bytes(&tx));
+        assert_eq!(tx.writes.bytes, sent_bytes(&tx));
         let rk = format!("r{staged:03}");
         tx.stage(&t, "p", &rk, Change::Insert(big(&rk)), Some(None))
             .unwrap();
-        assert_eq!(tx.bytes, sent_bytes(&tx));
+        assert_eq!(tx.writes.bytes, sent_bytes(&tx));
     }
 
     #[test]
@@ -715,7 +806,7 @@ mod tests {
             Some(Some(existing("b"))),
         )
         .unwrap();
-        let s = tx.staged.get("b").unwrap();
+        let s = tx.writes.staged.get("b").unwrap();
         let v = view(s, "p", "b").unwrap();
         assert_eq!(v.properties.get("age"), Some(&Value::Int32(9)));
         assert!(v.timestamp.0 > existing("b").timestamp.0);

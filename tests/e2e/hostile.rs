@@ -217,6 +217,55 @@ async fn idle_sockets_do_not_lock_clients_out() {
     drop(slow);
 }
 
+/// A panic in one connection's thread (injected: debug builds only) ends
+/// that connection alone. The session beside it keeps its transaction, its
+/// slot is given back, and the server goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_session_takes_no_other_with_it() {
+    let mut s = TestServer::demo(&[
+        "--throttle",
+        "off",
+        "--max-connections",
+        "4",
+        "--reserved-connections",
+        "0",
+    ]);
+    let bystander = connect(&s).await;
+    bystander
+        .batch_execute(
+            "CREATE TABLE panics (p text, k text, PRIMARY KEY (p, k)); BEGIN; \
+             INSERT INTO panics VALUES ('p', 'a')",
+        )
+        .await
+        .unwrap();
+    for round in 0..3 {
+        let victim = connect(&s).await;
+        let e = victim
+            .batch_execute(&format!("SET tablegate.inject_panic = 'round {round}'"))
+            .await
+            .unwrap_err();
+        assert!(e.is_closed() || e.code().is_none(), "{e:?}");
+        assert!(victim.is_closed() || victim.simple_query("SELECT 1").await.is_err());
+    }
+    still_serving(&mut s, &bystander).await;
+    // Three panics gave their slots back: the other three fill up.
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        others.push(connect(&s).await);
+    }
+    // The bystander's transaction was untouched.
+    bystander
+        .batch_execute("INSERT INTO panics VALUES ('p', 'b'); COMMIT")
+        .await
+        .unwrap();
+    let n: i64 = others[0]
+        .query_one("SELECT count(*) FROM panics", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+}
+
 /// Length claims of 1 GiB before and after authentication are refused
 /// when their header arrives, with FATAL 54000, not buffered.
 #[test]

@@ -93,6 +93,11 @@ impl PgRef {
         pg
     }
 
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// tokio-postgres connection string.
     pub fn conn_str(&self) -> String {
         format!(

@@ -411,6 +411,59 @@ async fn transactions_are_one_entity_group_transaction() {
     assert_eq!(rows(&other, "nyc").await[1].2, Some(37));
 }
 
+/// SAVEPOINT, ROLLBACK TO and RELEASE inside the transaction's EGT, over
+/// both protocols (psycopg and SQLAlchemy use them on connect); ROLLBACK
+/// TO ends a failed state as in PostgreSQL.
+#[tokio::test]
+async fn savepoints_inside_a_transaction() {
+    let s = server();
+    let c = connect(&s).await;
+    c.batch_execute(DDL).await.unwrap();
+    let e = c.batch_execute("SAVEPOINT a").await.unwrap_err();
+    assert_eq!(code(&e), "25P01", "{e:?}");
+    c.batch_execute("BEGIN").await.unwrap();
+    c.execute("INSERT INTO regs (race, runner) VALUES ('sp', 'r1')", &[])
+        .await
+        .unwrap();
+    c.batch_execute("SAVEPOINT a").await.unwrap();
+    // Extended protocol inside the savepoint.
+    c.execute(
+        "INSERT INTO regs (race, runner) VALUES ($1, $2)",
+        &[&"sp", &"r2"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows(&c, "sp").await.len(), 2);
+    c.batch_execute("ROLLBACK TO SAVEPOINT a").await.unwrap();
+    assert_eq!(rows(&c, "sp").await.len(), 1);
+    // A failed statement, then ROLLBACK TO: the transaction goes on.
+    let e = c
+        .execute("INSERT INTO regs (race, runner) VALUES ('sp', 'r1')", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "23505", "{e:?}");
+    let e = c.execute("SELECT 1", &[]).await.unwrap_err();
+    assert_eq!(code(&e), "25P02", "{e:?}");
+    c.batch_execute("ROLLBACK TO a").await.unwrap();
+    c.execute("INSERT INTO regs (race, runner) VALUES ('sp', 'r3')", &[])
+        .await
+        .unwrap();
+    c.batch_execute("RELEASE a").await.unwrap();
+    let e = c.batch_execute("ROLLBACK TO a").await.unwrap_err();
+    assert_eq!(code(&e), "3B001", "{e:?}");
+    c.batch_execute("ROLLBACK").await.unwrap();
+    // Committed: what was kept at the savepoints, in one EGT.
+    c.batch_execute(
+        "BEGIN; INSERT INTO regs (race, runner) VALUES ('sp', 'r1'); SAVEPOINT b; \
+         INSERT INTO regs (race, runner) VALUES ('sp', 'r2'); ROLLBACK TO b; \
+         INSERT INTO regs (race, runner) VALUES ('sp', 'r3'); COMMIT",
+    )
+    .await
+    .unwrap();
+    let got: Vec<String> = rows(&c, "sp").await.into_iter().map(|r| r.0).collect();
+    assert_eq!(got, ["r1", "r3"]);
+}
+
 #[tokio::test]
 async fn concurrent_sessions_never_lose_an_update() {
     let s = server();

@@ -14,21 +14,27 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use datafusion::sql::sqlparser::ast::{ObjectName, ObjectNamePart, Statement, visit_relations};
+use datafusion::sql::sqlparser::ast::{
+    Expr, Function, FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart,
+    Statement, VisitMut, VisitorMut, visit_relations,
+};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use datafusion_pg_catalog::sql::rules::{
-    AliasDuplicatedProjectionRewrite, CurrentUserVariableToSessionUserFunctionCall,
-    FixArrayLiteral, FixVersionColumnName, PrependUnqualifiedPgTableName,
-    ResolveUnqualifiedIdentifier, RewriteArrayAnyAllOperation, RewritePgCatalogOperator,
-    RewriteRegCastToSubquery, SqlStatementRewriteRule, StripCallableQualifier, StripCollate,
+    AliasDuplicatedProjectionRewrite, FixArrayLiteral, FixVersionColumnName,
+    PrependUnqualifiedPgTableName, ResolveUnqualifiedIdentifier, RewriteArrayAnyAllOperation,
+    RewritePgCatalogOperator, RewriteRegCastToSubquery, SqlStatementRewriteRule,
+    StripCallableQualifier, StripCollate,
 };
 
 /// The analytics engine's SQL parser.
 #[derive(Debug)]
 pub struct SqlDialect {
-    /// The crate's rewrites less `RemoveSubqueryFromProjection`, in its order.
+    /// The crate's rewrites in its order, less `RemoveSubqueryFromProjection`
+    /// and with [`SpecialNames`] for its `current_user` to `session_user`
+    /// renaming (which made `SELECT current_user, session_user` two columns
+    /// of one name).
     rules: Vec<Arc<dyn SqlStatementRewriteRule>>,
     catalog: PostgresCompatibilityParser,
 }
@@ -49,7 +55,7 @@ impl SqlDialect {
                 Arc::new(PrependUnqualifiedPgTableName),
                 Arc::new(StripCallableQualifier),
                 Arc::new(FixArrayLiteral),
-                Arc::new(CurrentUserVariableToSessionUserFunctionCall),
+                Arc::new(SpecialNames),
                 Arc::new(StripCollate),
                 Arc::new(RewritePgCatalogOperator),
                 Arc::new(RewriteRegCastToSubquery::new()),
@@ -75,6 +81,60 @@ impl SqlDialect {
         }
         Ok(statements)
     }
+}
+
+/// `current_catalog` and a bare `current_schema` as the function calls
+/// DataFusion plans (`current_user`, `session_user` and `user` are
+/// functions of their own, [`super::functions`]).
+#[derive(Debug)]
+struct SpecialNames;
+
+impl SqlStatementRewriteRule for SpecialNames {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = s.visit(&mut SpecialNames);
+        s
+    }
+}
+
+impl VisitorMut for SpecialNames {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        let named = |e: &Expr, want: &str| match e {
+            Expr::Identifier(i) => i.quote_style.is_none() && i.value.eq_ignore_ascii_case(want),
+            Expr::Function(f) => {
+                f.name.0.len() == 1
+                    && f.name.0[0]
+                        .as_ident()
+                        .is_some_and(|i| i.value.eq_ignore_ascii_case(want))
+            }
+            _ => false,
+        };
+        if matches!(e, Expr::Identifier(_)) && named(e, "current_schema") {
+            *e = empty_call("current_schema");
+        } else if matches!(e, Expr::Function(_)) && named(e, "current_catalog") {
+            *e = empty_call("current_database");
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `name()`.
+fn empty_call(name: &str) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new(name)]),
+        args: FunctionArguments::List(FunctionArgumentList {
+            args: vec![],
+            duplicate_treatment: None,
+            clauses: vec![],
+        }),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
 }
 
 /// True when `s` names a relation in `pg_catalog` or `information_schema`
@@ -121,6 +181,10 @@ mod tests {
         assert!(one(sql).contains("NULL AS def"), "{}", one(sql));
         assert!(one("SELECT * FROM pg_class").contains("pg_catalog.pg_class"));
         assert_eq!(one("SELECT version()"), "SELECT version() AS version");
+        assert_eq!(
+            one("SELECT current_user, session_user, current_schema, current_catalog"),
+            "SELECT current_user, session_user, current_schema(), current_database()"
+        );
     }
 
     #[test]

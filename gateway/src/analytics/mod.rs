@@ -25,6 +25,7 @@
 //! the server is never OOM-killed.
 
 pub mod dialect;
+pub mod functions;
 pub mod info_schema;
 pub mod provider;
 pub mod system;
@@ -209,6 +210,8 @@ pub struct Engine {
     pool: Pool,
     opts: SharedOptions,
     parser: dialect::SqlDialect,
+    /// The connection's settings as of its current statement.
+    session: Arc<Mutex<crate::session::Session>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -226,13 +229,16 @@ pub struct EnginePlan {
     pub schema: SchemaRef,
     /// Parameter types, `$1` first (unknown ones are text).
     pub param_types: Vec<SqlType>,
+    /// True for each parameter the plan gives no type: it takes the value
+    /// as the client sent it (its declared type, else text).
+    pub open_params: Vec<bool>,
     /// Why the planner sent it here.
     pub reason: String,
 }
 
 impl Engine {
-    /// A session over `planner`'s catalog and store.
-    pub fn new(planner: Planner, pool: Pool) -> Result<Engine, DataFusionError> {
+    /// A session of `user` over `planner`'s catalog and store.
+    pub fn new(planner: Planner, pool: Pool, user: &str) -> Result<Engine, DataFusionError> {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE, "public")
             .with_information_schema(false)
@@ -259,12 +265,20 @@ impl Engine {
             .register_schema(system::SCHEMA, Arc::new(system::SystemSchema::new(planner)))?;
         datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
             .map_err(|e| *e)?;
+        let session = Arc::new(Mutex::new(crate::session::Session::default()));
+        functions::register(&ctx, user, session.clone());
         Ok(Engine {
             ctx,
+            session,
             pool,
             opts,
             parser: dialect::SqlDialect::new(),
         })
+    }
+
+    /// The settings the next statement reads (`current_setting`).
+    pub fn set_session(&self, session: &crate::session::Session) {
+        self.session.lock().clone_from(session);
     }
 
     /// Plans one statement's SQL text.
@@ -289,8 +303,14 @@ impl Engine {
                 stmt,
             )))
             .await?;
-        let types = plan.get_parameter_types()?;
+        let mut types = plan.get_parameter_types()?;
+        for (name, ty) in cast_parameter_types(&plan) {
+            if let Some(t @ None) = types.get_mut(&name) {
+                *t = Some(ty);
+            }
+        }
         let mut param_types = Vec::new();
+        let mut open_params = Vec::new();
         for (name, ty) in types {
             let Some(n) = name
                 .strip_prefix('$')
@@ -301,8 +321,10 @@ impl Engine {
             };
             if param_types.len() < n {
                 param_types.resize(n, SqlType::Text);
+                open_params.resize(n, true);
             }
             param_types[n - 1] = ty.as_ref().map_or(SqlType::Text, sql_type);
+            open_params[n - 1] = ty.is_none();
         }
         let schema = plan.schema().as_arrow().clone();
         // Result columns named as PostgreSQL names them (`count`, `upper`,
@@ -328,6 +350,7 @@ impl Engine {
             plan: Arc::new(plan),
             schema,
             param_types,
+            open_params,
             reason: reason.to_owned(),
         })
     }
@@ -570,6 +593,29 @@ fn pg_column_names(sql: &str) -> Option<Vec<Option<String>>> {
 }
 
 /// The SQL type a DataFusion parameter type decodes as.
+/// The types casts give `$n` parameters (`$1::INTEGER`, as SQLAlchemy
+/// writes every parameter) where DataFusion infers none.
+fn cast_parameter_types(plan: &LogicalPlan) -> Vec<(String, DataType)> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Cast, Expr, TryCast};
+    let mut out = Vec::new();
+    let _ = plan.apply_with_subqueries(|p| {
+        p.apply_expressions(|e| {
+            e.apply(|e| {
+                let (Expr::Cast(Cast { expr, field }) | Expr::TryCast(TryCast { expr, field })) = e
+                else {
+                    return Ok(TreeNodeRecursion::Continue);
+                };
+                if let Expr::Placeholder(p) = expr.as_ref() {
+                    out.push((p.id.clone(), field.data_type().clone()));
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    out
+}
+
 fn sql_type(t: &DataType) -> SqlType {
     match t {
         DataType::Int8 | DataType::Int16 | DataType::Int32 => SqlType::Int4,

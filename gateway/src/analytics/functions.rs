@@ -1,0 +1,394 @@
+//! PostgreSQL functions the analytics engine answers as PostgreSQL does:
+//! the ones drivers, ORMs and psql call on connect or in metadata queries
+//! (`version()`, `current_user`, `pg_typeof`, `pg_size_pretty`,
+//! `obj_description` and its siblings), registered on every session's
+//! DataFusion context over DataFusion's or datafusion-pg-catalog's own.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, StringArray};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{DataFusionError, Result, ScalarValue, exec_err};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility, create_udf,
+};
+use datafusion::prelude::SessionContext;
+use parking_lot::Mutex;
+
+use crate::session::Session;
+
+/// Registers the functions on `ctx` for a session of `user` whose settings
+/// `session` holds.
+pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Session>>) {
+    let text = |name: &str, value: String| {
+        let v = ScalarValue::Utf8(Some(value));
+        create_udf(
+            name,
+            vec![],
+            DataType::Utf8,
+            Volatility::Stable,
+            Arc::new(move |_| Ok(ColumnarValue::Scalar(v.clone()))),
+        )
+    };
+    ctx.register_udf(text("version", crate::session::version_string()));
+    // sqlparser reads `current_user`, `session_user` and `user` as calls.
+    for name in ["current_user", "session_user", "user", "current_role"] {
+        ctx.register_udf(text(name, user.to_owned()));
+    }
+    ctx.register_udf(create_udf(
+        "pg_size_pretty",
+        vec![DataType::Int64],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let sizes = ColumnarValue::values_to_arrays(args)?;
+            let sizes = datafusion::common::cast::as_int64_array(&sizes[0])?;
+            let out: StringArray = sizes.iter().map(|s| s.map(size_pretty)).collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+        }),
+    ));
+    ctx.register_udf(ScalarUDF::from(PgTypeof::new()));
+    ctx.register_udf(create_udf(
+        "to_regtype",
+        vec![DataType::Utf8],
+        DataType::Int32,
+        Volatility::Stable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let names = ColumnarValue::values_to_arrays(args)?;
+            let names = datafusion::common::cast::as_string_array(&names[0])?;
+            let oids: datafusion::arrow::array::Int32Array =
+                names.iter().map(|n| n.and_then(type_oid)).collect();
+            Ok(ColumnarValue::Array(Arc::new(oids) as ArrayRef))
+        }),
+    ));
+    ctx.register_udf(ScalarUDF::from(CurrentSetting::new(session)));
+    ctx.register_udf(ScalarUDF::from(Constant::new(
+        "pg_type_is_visible",
+        1,
+        ScalarValue::Boolean(Some(true)),
+    )));
+    for (name, arities) in [
+        ("obj_description", &[1, 2][..]),
+        ("col_description", &[2]),
+        ("shobj_description", &[2]),
+    ] {
+        ctx.register_udf(ScalarUDF::from(NoComment::new(name, arities)));
+    }
+}
+
+/// `pg_size_pretty(bigint)`: PostgreSQL 15's units and half-rounding.
+pub fn size_pretty(size: i64) -> String {
+    // (unit, limit before half-rounding in this unit, rounds, bits)
+    const UNITS: &[(&str, i64, bool, u32)] = &[
+        ("bytes", 10 * 1024, false, 0),
+        ("kB", 20 * 1024 - 1, true, 10),
+        ("MB", 20 * 1024 - 1, true, 20),
+        ("GB", 20 * 1024 - 1, true, 30),
+        ("TB", 20 * 1024 - 1, true, 40),
+        ("PB", 20 * 1024 - 1, true, 50),
+    ];
+    let half_rounded = |x: i64| (x + if x < 0 { -1 } else { 1 }) / 2;
+    let mut size = size;
+    for (i, (name, limit, round, bits)) in UNITS.iter().enumerate() {
+        let Some(next) = UNITS.get(i + 1) else {
+            return format!("{} {name}", half_rounded(size));
+        };
+        if size.unsigned_abs() < *limit as u64 {
+            let size = if *round { half_rounded(size) } else { size };
+            return format!("{size} {name}");
+        }
+        let shift = next.3 - bits - u32::from(next.2) + u32::from(*round);
+        size /= 1i64 << shift;
+    }
+    unreachable!("the last unit returns")
+}
+
+/// `to_regtype(name)`: the oid of a type tablegate has, by any of its
+/// PostgreSQL names; NULL for others (psycopg asks for `hstore` on
+/// connect).
+fn type_oid(name: &str) -> Option<i32> {
+    use pgwire::api::Type;
+    let name = name.trim().to_ascii_lowercase();
+    let name = name.strip_prefix("pg_catalog.").unwrap_or(&name);
+    let (base, array) = match name.strip_suffix("[]") {
+        Some(b) => (b.trim(), true),
+        None => (name, false),
+    };
+    let t = match base {
+        "bool" | "boolean" => Type::BOOL,
+        "bytea" => Type::BYTEA,
+        "int2" | "smallint" => Type::INT2,
+        "int4" | "integer" | "int" => Type::INT4,
+        "int8" | "bigint" => Type::INT8,
+        "float4" | "real" => Type::FLOAT4,
+        "float8" | "double precision" => Type::FLOAT8,
+        "numeric" | "decimal" => Type::NUMERIC,
+        "text" => Type::TEXT,
+        "varchar" | "character varying" => Type::VARCHAR,
+        "uuid" => Type::UUID,
+        "date" => Type::DATE,
+        "time" | "time without time zone" => Type::TIME,
+        "timestamp" | "timestamp without time zone" => Type::TIMESTAMP,
+        "timestamptz" | "timestamp with time zone" => Type::TIMESTAMPTZ,
+        "interval" => Type::INTERVAL,
+        "json" => Type::JSON,
+        "jsonb" => Type::JSONB,
+        "oid" => Type::OID,
+        _ => return None,
+    };
+    let t = if array {
+        match t {
+            Type::BOOL => Type::BOOL_ARRAY,
+            Type::INT2 => Type::INT2_ARRAY,
+            Type::INT4 => Type::INT4_ARRAY,
+            Type::INT8 => Type::INT8_ARRAY,
+            Type::FLOAT4 => Type::FLOAT4_ARRAY,
+            Type::FLOAT8 => Type::FLOAT8_ARRAY,
+            Type::TEXT => Type::TEXT_ARRAY,
+            _ => return None,
+        }
+    } else {
+        t
+    };
+    i32::try_from(t.oid()).ok()
+}
+
+/// PostgreSQL's name for the type of a value of `dt` (`format_type`).
+fn pg_type_name(dt: &DataType) -> String {
+    use pgwire::api::Type;
+    let t = crate::encode::pg_type_of(dt);
+    let name = |t: &Type| -> String {
+        match *t {
+            Type::INT2 => "smallint".into(),
+            Type::INT4 => "integer".into(),
+            Type::INT8 => "bigint".into(),
+            Type::FLOAT4 => "real".into(),
+            Type::FLOAT8 => "double precision".into(),
+            Type::BOOL => "boolean".into(),
+            Type::TIMESTAMPTZ => "timestamp with time zone".into(),
+            Type::TIMESTAMP => "timestamp without time zone".into(),
+            Type::TIME => "time without time zone".into(),
+            _ => t.name().to_owned(),
+        }
+    };
+    match t.kind() {
+        postgres_types::Kind::Array(elem) => format!("{}[]", name(elem)),
+        _ => name(&t),
+    }
+}
+
+/// `pg_typeof(any)`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgTypeof {
+    signature: Signature,
+}
+
+impl PgTypeof {
+    fn new() -> Self {
+        PgTypeof {
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgTypeof {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [arg] = args.args.as_slice() else {
+            return exec_err!("pg_typeof takes one argument");
+        };
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            pg_type_name(&arg.data_type()),
+        ))))
+    }
+}
+
+/// `current_setting(name [, missing_ok])`: what SHOW says.
+#[derive(Debug)]
+struct CurrentSetting {
+    signature: Signature,
+    session: Arc<Mutex<Session>>,
+}
+
+impl CurrentSetting {
+    fn new(session: Arc<Mutex<Session>>) -> Self {
+        CurrentSetting {
+            signature: Signature::one_of(
+                vec![
+                    TypeSignature::Exact(vec![DataType::Utf8]),
+                    TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+                ],
+                Volatility::Stable,
+            ),
+            session,
+        }
+    }
+}
+
+impl PartialEq for CurrentSetting {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.session, &other.session)
+    }
+}
+
+impl Eq for CurrentSetting {}
+
+impl std::hash::Hash for CurrentSetting {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.session).hash(state);
+    }
+}
+
+impl ScalarUDFImpl for CurrentSetting {
+    fn name(&self) -> &str {
+        "current_setting"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let names = datafusion::common::cast::as_string_array(&arrays[0])?;
+        let missing_ok = match arrays.get(1) {
+            Some(a) => Some(datafusion::common::cast::as_boolean_array(a)?),
+            None => None,
+        };
+        let session = self.session.lock();
+        let mut out = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let Some(name) = name else {
+                out.push(None);
+                continue;
+            };
+            match session.get(name) {
+                Ok(v) => out.push(Some(v)),
+                Err(_) if missing_ok.is_some_and(|m| m.value(i)) => out.push(None),
+                Err(e) => return Err(DataFusionError::External(Box::new(e))),
+            }
+        }
+        let out: ArrayRef = Arc::new(StringArray::from(out));
+        Ok(
+            match args
+                .args
+                .iter()
+                .all(|a| matches!(a, ColumnarValue::Scalar(_)))
+            {
+                true => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
+                false => ColumnarValue::Array(out),
+            },
+        )
+    }
+}
+
+/// A function of one argument with one answer: `pg_type_is_visible` (every
+/// type is in pg_catalog, which is always on the search path).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Constant {
+    name: &'static str,
+    signature: Signature,
+    value: ScalarValue,
+}
+
+impl Constant {
+    fn new(name: &'static str, arity: usize, value: ScalarValue) -> Self {
+        Constant {
+            name,
+            signature: Signature::any(arity, Volatility::Stable),
+            value,
+        }
+    }
+}
+
+impl ScalarUDFImpl for Constant {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(self.value.data_type())
+    }
+    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(self.value.clone()))
+    }
+}
+
+/// `obj_description` and its siblings: tablegate keeps no comments, so
+/// NULL, which is what PostgreSQL answers for an object without one.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct NoComment {
+    name: &'static str,
+    signature: Signature,
+}
+
+impl NoComment {
+    fn new(name: &'static str, arities: &[usize]) -> Self {
+        NoComment {
+            name,
+            signature: Signature::one_of(
+                arities.iter().map(|n| TypeSignature::Any(*n)).collect(),
+                Volatility::Stable,
+            ),
+        }
+    }
+}
+
+impl ScalarUDFImpl for NoComment {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names_resolve_as_to_regtype_does() {
+        assert_eq!(type_oid("integer"), Some(23));
+        assert_eq!(type_oid("pg_catalog.int4"), Some(23));
+        assert_eq!(type_oid("timestamp with time zone"), Some(1184));
+        assert_eq!(type_oid("text[]"), Some(1009));
+        assert_eq!(type_oid("hstore"), None);
+    }
+
+    #[test]
+    fn sizes_print_as_postgresql_15_prints_them() {
+        // Each figure is PostgreSQL 15's `SELECT pg_size_pretty(n)`.
+        for (n, want) in [
+            (0, "0 bytes"),
+            (10239, "10239 bytes"),
+            (10240, "10 kB"),
+            (-10240, "-10 kB"),
+            (1_234_567, "1206 kB"),
+            (20_970_000, "20 MB"),
+            (123_456_789_012, "115 GB"),
+            (i64::MAX, "8192 PB"),
+            (i64::MIN, "-8192 PB"),
+        ] {
+            assert_eq!(size_pretty(n), want, "{n}");
+        }
+    }
+}
