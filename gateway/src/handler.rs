@@ -822,6 +822,12 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// The session's cancel signal (fired by cancel requests, and by the
+    /// server when the client hangs up mid-statement).
+    pub fn cancel_signal(&self) -> Arc<CancelSignal> {
+        self.handler.cancel.clone()
+    }
+
     /// A fresh session over `planner`, cancellable through `registry`.
     pub fn new(planner: Planner, registry: Arc<CancelRegistry>, auth: AuthMode) -> Self {
         let cursors = Cursors::default();

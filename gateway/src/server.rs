@@ -467,6 +467,12 @@ impl Drop for ConnectionThreads {
 impl Job {
     async fn serve(self, sockets: &Sockets) {
         let _guard = self.guard;
+        let hangup = self
+            .socket
+            .try_clone()
+            .ok()
+            .and_then(|s| TcpStream::from_std(s).ok())
+            .map(|watch| tokio::spawn(cancel_on_hangup(watch, self.handlers.cancel_signal())));
         let Ok(socket) = TcpStream::from_std(self.socket) else {
             return;
         };
@@ -480,6 +486,33 @@ impl Job {
             &self.limits,
         )
         .await;
+        if let Some(h) = hangup {
+            h.abort();
+        }
+    }
+}
+
+/// Cancels the session's running statement when the client hangs up
+/// (its FIN or RST, seen as EPOLLRDHUP on a second descriptor of the
+/// socket, even behind bytes not yet read), so a statement stops working
+/// for a client that is gone (PostgreSQL's client_connection_check_interval
+/// does the same). Runs beside the connection on its thread; reading
+/// nothing, it never competes with the protocol for bytes.
+async fn cancel_on_hangup(watch: TcpStream, signal: Arc<crate::cancel::CancelSignal>) {
+    use tokio::io::Interest;
+    loop {
+        let Ok(ready) = watch.ready(Interest::READABLE).await else {
+            return;
+        };
+        if ready.is_read_closed() {
+            signal.cancel();
+            return;
+        }
+        // Bytes arrived (the connection reads them): forget this readiness
+        // and wait for the next event, which a hang-up also raises.
+        let _ = watch.try_io(Interest::READABLE, || {
+            Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+        });
     }
 }
 

@@ -266,6 +266,52 @@ async fn a_panicking_session_takes_no_other_with_it() {
     assert_eq!(n, 2);
 }
 
+/// A client that hangs up in the middle of a statement leaves no work
+/// behind: the statement stops at once, not when it would have finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_leaves_no_work_behind() {
+    let mut s = TestServer::demo(&["--throttle", "off"]);
+    let bystander = connect(&s).await;
+    for round in 0..2 {
+        // Round 0: the client's process dies (no Terminate). Round 1: it
+        // sends Terminate and closes, as libpq does, while the query runs.
+        let mut raw = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        raw.write_all(&startup()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.ends_with(&[b'Z', 0, 0, 0, 5, b'I']) {
+            let n = raw.read(&mut buf).unwrap();
+            assert!(n > 0, "startup ended early");
+            got.extend_from_slice(&buf[..n]);
+        }
+        let mut query = HEAVY.as_bytes().to_vec();
+        query.push(0);
+        raw.write_all(&msg(b'Q', &query)).unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = cpu_seconds(&s);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let busy = cpu_seconds(&s) - before;
+        assert!(
+            busy > 0.5,
+            "the statement was not running ({busy:.2} s CPU in 1 s)"
+        );
+        if round == 1 {
+            raw.write_all(&msg(b'X', &[])).unwrap();
+        }
+        drop(raw);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let after = cpu_seconds(&s);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let left = cpu_seconds(&s) - after;
+        eprintln!("round {round}: {busy:.2} s CPU/s while running, {left:.2} s after the hang-up");
+        assert!(
+            left < 0.3,
+            "{left:.2} s CPU in the second after the client hung up"
+        );
+    }
+    still_serving(&mut s, &bystander).await;
+}
+
 /// Length claims of 1 GiB before and after authentication are refused
 /// when their header arrives, with FATAL 54000, not buffered.
 #[test]
