@@ -105,6 +105,12 @@ impl Account {
                 "TableEndpoint {endpoint:?} is not an http(s) URL"
             )));
         }
+        // A SAS token rides in every URL and the data in every body.
+        if endpoint.starts_with("http://") && !is_loopback(&endpoint) {
+            return Err(bad(format!(
+                "TableEndpoint {endpoint:?} is plain http to another machine: use https (plain http is for an emulator: UseDevelopmentStorage=true, or a loopback address)"
+            )));
+        }
         let name = match name {
             Some(n) => n,
             // A SAS needs no account name to sign; take it from the host.
@@ -135,6 +141,20 @@ fn decode_key(key: &str) -> Result<Vec<u8>> {
         .map_err(|_| AzureError::ConnectionString {
             reason: "AccountKey is not base64".into(),
         })
+}
+
+/// True when `endpoint`'s host is this machine.
+fn is_loopback(endpoint: &str) -> bool {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn host_account(endpoint: &str) -> String {
@@ -193,6 +213,31 @@ mod tests {
             Credential::Sas("sv=2019-02-02&sig=a%2Bb%3D".into())
         );
         assert!(!format!("{:?}", a.credential).contains("sig"));
+    }
+
+    #[test]
+    fn plain_http_is_for_loopback_emulators_only() {
+        let key = "AccountName=devstoreaccount1;AccountKey=a2V5";
+        for ok in [
+            "http://127.0.0.1:10002/devstoreaccount1",
+            "http://localhost:10002/devstoreaccount1",
+            "http://[::1]:10002/devstoreaccount1",
+            "https://acct.table.core.windows.net",
+        ] {
+            Account::parse(&format!("{key};TableEndpoint={ok}")).unwrap();
+        }
+        for refused in [
+            "http://acct.table.core.windows.net",
+            "http://10.0.0.5:10002/devstoreaccount1",
+        ] {
+            let e = Account::parse(&format!(
+                "TableEndpoint={refused};SharedAccessSignature=sv=1&sig=secret"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("use https"), "{e}");
+            assert!(!e.contains("secret"), "{e}");
+        }
     }
 
     #[test]

@@ -194,9 +194,10 @@ impl Client {
         if let Some((t, body)) = req.body {
             b = b.header("Content-Type", t).body(body);
         }
+        // reqwest names the URL in its errors, and a SAS token is in it.
         let unreachable = |e: reqwest::Error| AzureError::Unreachable {
             endpoint: self.account.endpoint.clone(),
-            reason: e.to_string(),
+            reason: e.without_url().to_string(),
         };
         let r = b.send().await.map_err(unreachable)?;
         let status = r.status();
@@ -345,6 +346,25 @@ pub fn response_error(r: &Response, about: Subject<'_>) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn transport_errors_do_not_carry_the_sas_token() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let account = crate::conn::Account::parse(&format!(
+            "TableEndpoint=http://127.0.0.1:{port}/acct;SharedAccessSignature=sv=1&sig=TOPSECRET"
+        ))
+        .unwrap();
+        let e = Client::new(account)
+            .unwrap()
+            .send(Request::new(Method::GET, "/Tables".into()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("127.0.0.1"), "{e}");
+        assert!(!e.contains("TOPSECRET"), "{e}");
+    }
 
     #[test]
     fn xml_and_json_errors_give_code_and_message() {
