@@ -124,6 +124,8 @@ pub enum Prepared {
         name: String,
         /// The statement, planned once.
         stmt: Box<Prepared>,
+        /// Its text's length (counted against [`MAX_PREPARED_BYTES`]).
+        bytes: usize,
     },
     /// EXPLAIN [ANALYZE] EXECUTE name [(constants)]: the plan of the
     /// prepared statement with these parameters (their class is decided at
@@ -616,6 +618,7 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
             Prepared::PrepareSql {
                 name: tablegate_planner::expr::fold(name),
                 stmt: Box::new(prepare(planner, statement, &inner)?),
+                bytes: inner.len(),
             }
         }
         Statement::Execute {
@@ -765,8 +768,8 @@ pub fn prepare(planner: &Planner, stmt: &Statement, sql: &str) -> Result<Prepare
 /// every session may hold this many (JDBC caches 256 by default, psycopg
 /// 100).
 pub const MAX_NAMED_STATEMENTS: usize = 1_000;
-/// Most text of protocol-level prepared statements one session holds
-/// (their plans take a few times more).
+/// Most text of prepared statements one session holds, SQL-level and
+/// protocol-level each (their plans take a few times more).
 pub const MAX_PREPARED_BYTES: usize = 16 << 20;
 
 /// Most open cursors one session holds.
@@ -783,8 +786,8 @@ pub struct ConnHandler {
     /// Process id given at startup (for cancel requests).
     pid: Arc<Mutex<Option<i32>>>,
     cursors: Cursors,
-    /// Statements of SQL-level PREPARE, by name.
-    named: Mutex<std::collections::HashMap<String, Prepared>>,
+    /// Statements of SQL-level PREPARE, by name, with their text lengths.
+    named: Mutex<std::collections::HashMap<String, (Prepared, usize)>>,
     /// Names and text lengths of the protocol-level prepared statements
     /// (pgwire keeps them; this counts them against
     /// [`MAX_NAMED_STATEMENTS`] and [`MAX_PREPARED_BYTES`]).
@@ -1123,12 +1126,17 @@ impl ConnHandler {
         name: &str,
         args: &[ast::Expr],
     ) -> Result<(Prepared, Vec<Option<Value>>), PgError> {
-        let stmt = self.named.lock().get(name).cloned().ok_or_else(|| {
-            PgError::new(
-                "26000",
-                format!("prepared statement \"{name}\" does not exist"),
-            )
-        })?;
+        let stmt = self
+            .named
+            .lock()
+            .get(name)
+            .map(|(p, _)| p.clone())
+            .ok_or_else(|| {
+                PgError::new(
+                    "26000",
+                    format!("prepared statement \"{name}\" does not exist"),
+                )
+            })?;
         let types = stmt.param_types();
         if args.len() != types.len() {
             return Err(PgError::new(
@@ -1512,7 +1520,7 @@ impl ConnHandler {
                     "DEALLOCATE"
                 }))
             }
-            Prepared::PrepareSql { name, stmt } => {
+            Prepared::PrepareSql { name, stmt, bytes } => {
                 let mut named = self.named.lock();
                 if named.contains_key(name) {
                     return Err(PgError::new(
@@ -1520,14 +1528,18 @@ impl ConnHandler {
                         format!("prepared statement \"{name}\" already exists"),
                     ));
                 }
-                if named.len() >= MAX_NAMED_STATEMENTS {
+                let held: usize = named.values().map(|(_, b)| b).sum();
+                if named.len() >= MAX_NAMED_STATEMENTS || held + bytes > MAX_PREPARED_BYTES {
                     return Err(PgError::new(
                         "54000",
-                        format!("too many prepared statements: a session holds at most {MAX_NAMED_STATEMENTS}"),
+                        format!(
+                            "too many prepared statements: a session holds at most {MAX_NAMED_STATEMENTS}, of {} MiB of text in all",
+                            MAX_PREPARED_BYTES >> 20
+                        ),
                     )
                     .hint("DEALLOCATE statements no longer needed"));
                 }
-                named.insert(name.clone(), (**stmt).clone());
+                named.insert(name.clone(), ((**stmt).clone(), *bytes));
                 Response::Execution(Tag::new("PREPARE"))
             }
             Prepared::ExecuteSql { name, args } => {
@@ -2151,9 +2163,10 @@ async fn resolve(planner: &Planner, cell: &EngineCell, p: Prepared) -> Result<Pr
                 explain,
             })
         }
-        Prepared::PrepareSql { name, stmt } => Ok(Prepared::PrepareSql {
+        Prepared::PrepareSql { name, stmt, bytes } => Ok(Prepared::PrepareSql {
             name,
             stmt: Box::new(Box::pin(resolve(planner, cell, *stmt)).await?),
+            bytes,
         }),
         Prepared::Declare {
             name,

@@ -642,6 +642,25 @@ async fn a_session_cannot_hoard_statements_cursors_or_settings() {
     c.batch_execute("DEALLOCATE ALL; PREPARE one_more AS SELECT 1")
         .await
         .unwrap();
+    // Their text counts too: 16 MiB in all.
+    c.batch_execute("DEALLOCATE ALL").await.unwrap();
+    let literal = "x".repeat(1_000_000);
+    let mut held = 0;
+    let err = loop {
+        match c
+            .batch_execute(&format!("PREPARE big{held} AS SELECT '{literal}'"))
+            .await
+        {
+            Ok(()) => held += 1,
+            Err(e) => break e,
+        }
+        assert!(held <= 16, "more than 16 MiB of PREPARE text held");
+    };
+    assert_eq!(code(&err), Some("54000"), "{err:?}");
+    assert_eq!(held, 16);
+    c.batch_execute("DEALLOCATE big0; PREPARE again AS SELECT 1")
+        .await
+        .unwrap();
     let mut script = String::from("BEGIN;");
     for i in 0..100 {
         script.push_str(&format!(
