@@ -224,6 +224,8 @@ impl From<&PlanError> for PgError {
             PlanError::Cardinality(_) => PgError::new("21000", m)
                 .hint("ensure that no rows proposed for insertion within the same command have duplicate keys"),
             PlanError::NoSuchSavepoint(_) => PgError::new("3B001", m),
+            PlanError::Busy(_) => PgError::new("53000", m)
+                .hint("try again in a moment; large statements are parsed a few at a time"),
             PlanError::TooManySavepoints(_) => PgError::new("54000", m)
                 .hint("RELEASE savepoints no longer needed"),
             PlanError::TransactionRule { rule, .. } => match rule {

@@ -66,6 +66,8 @@ pub const MAX_PARAMETER: usize = 65_535;
 pub const LARGE_STATEMENT_BYTES: usize = 16 * 1024;
 /// Large texts parsed at once, server-wide.
 pub const LARGE_PARSES: usize = 2;
+/// Longest wait for a turn before the statement is refused (53000).
+pub const LARGE_PARSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A turn to parse (and plan) a large text; dropped when done.
 #[derive(Debug)]
@@ -98,21 +100,40 @@ impl Drop for LargeParse {
 
 /// Waits for a turn if `sql` is large (a connection's own thread waits;
 /// nothing else does); `None` for ordinary texts. Hold the turn while the
-/// text's trees are alive, and on the thread that took it.
-pub fn admit(sql: &str) -> Option<LargeParse> {
+/// text's trees are alive, and on the thread that took it. A wait longer
+/// than [`LARGE_PARSE_WAIT`] is refused: the waiting thread cannot see a
+/// cancel request, so the wait itself is bounded.
+pub fn admit(sql: &str) -> Result<Option<LargeParse>> {
+    admit_within(sql, LARGE_PARSE_WAIT)
+}
+
+fn admit_within(sql: &str, wait: std::time::Duration) -> Result<Option<LargeParse>> {
     if sql.len() <= LARGE_STATEMENT_BYTES {
-        return None;
+        return Ok(None);
     }
     let first = HELD.with(|h| h.get()) == 0;
     if first {
+        let deadline = std::time::Instant::now() + wait;
         let mut running = LARGE.0.lock().unwrap_or_else(|e| e.into_inner());
         while *running >= LARGE_PARSES {
-            running = LARGE.1.wait(running).unwrap_or_else(|e| e.into_inner());
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(PlanError::Busy(format!(
+                    "{LARGE_PARSES} statements over {} KiB were being parsed for {} ms",
+                    LARGE_STATEMENT_BYTES >> 10,
+                    wait.as_millis()
+                )));
+            }
+            running = LARGE
+                .1
+                .wait_timeout(running, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
         *running += 1;
     }
     HELD.with(|h| h.set(h.get() + 1));
-    Some(LargeParse { first })
+    Ok(Some(LargeParse { first }))
 }
 
 /// Stack for parsing a large text: the deepest chain 1 MiB can hold is
@@ -394,6 +415,41 @@ mod tests {
                 Some("54000")
             );
         });
+    }
+
+    #[test]
+    fn a_wait_for_a_large_parse_turn_is_bounded() {
+        let large = "x".repeat(LARGE_STATEMENT_BYTES + 1);
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = std::sync::Arc::new(std::sync::Mutex::new(released));
+        let (took, taken) = std::sync::mpsc::channel();
+        let holders: Vec<_> = (0..LARGE_PARSES)
+            .map(|_| {
+                let (large, released, took) = (large.clone(), released.clone(), took.clone());
+                std::thread::spawn(move || {
+                    let turn = admit(&large).unwrap();
+                    took.send(()).unwrap();
+                    let _ = released.lock().unwrap().recv();
+                    drop(turn);
+                })
+            })
+            .collect();
+        for _ in 0..LARGE_PARSES {
+            taken.recv().unwrap();
+        }
+        let e = admit_within(&large, std::time::Duration::from_millis(100)).unwrap_err();
+        assert!(matches!(e, PlanError::Busy(_)), "{e}");
+        // Small texts never wait.
+        assert!(
+            admit_within("SELECT 1", std::time::Duration::ZERO)
+                .unwrap()
+                .is_none()
+        );
+        drop(release);
+        for h in holders {
+            h.join().unwrap();
+        }
+        assert!(admit(&large).unwrap().is_some());
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub enum PlanError {
         /// SQLSTATE 54000 (too long) or 54001 (too complex).
         too_long: bool,
     },
+    /// The server is too busy to take the statement now (53000).
+    #[error("server busy: {0}")]
+    Busy(String),
     /// A parameter number outside `$1` .. `$65535` (42P02).
     #[error("{message}")]
     NoSuchParameter {

@@ -202,7 +202,7 @@ impl Planner {
         // Declared before the tokens and the tree, dropped after them: a
         // large text is tokenized, parsed and (if refused) dropped inside
         // its turn.
-        let _turn = budget::admit(sql);
+        let _turn = budget::admit(sql)?;
         budget::check_text(sql)?;
         budget::on_parse_stack(sql, || {
             let mut stmts =

@@ -63,11 +63,14 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Session>>) 
         }),
     ));
     ctx.register_udf(ScalarUDF::from(CurrentSetting::new(session)));
-    ctx.register_udf(ScalarUDF::from(Constant::new(
-        "pg_type_is_visible",
-        1,
-        ScalarValue::Boolean(Some(true)),
-    )));
+    // Every type and function is in pg_catalog, always on the search path.
+    for name in ["pg_type_is_visible", "pg_function_is_visible"] {
+        ctx.register_udf(ScalarUDF::from(Constant::new(
+            name,
+            1,
+            ScalarValue::Boolean(Some(true)),
+        )));
+    }
     for (name, arities) in [
         ("obj_description", &[1, 2][..]),
         ("col_description", &[2]),
@@ -292,8 +295,7 @@ impl ScalarUDFImpl for CurrentSetting {
     }
 }
 
-/// A function of one argument with one answer: `pg_type_is_visible` (every
-/// type is in pg_catalog, which is always on the search path).
+/// A function of `arity` arguments with one answer.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Constant {
     name: &'static str,

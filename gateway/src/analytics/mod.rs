@@ -284,7 +284,8 @@ impl Engine {
     /// Plans one statement's SQL text.
     pub async fn plan(&self, sql: &str, reason: &str) -> Result<EnginePlan, DataFusionError> {
         // DataFusion's parser holds as much as ours: large texts take turns.
-        let _turn = tablegate_planner::budget::admit(sql);
+        let _turn = tablegate_planner::budget::admit(sql)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let mut stmts = self
             .parser
             .parse(sql)
