@@ -143,14 +143,14 @@ fn decode_key(key: &str) -> Result<Vec<u8>> {
         })
 }
 
-/// True when `endpoint`'s host is this machine.
+/// True when `endpoint`'s host is this machine (as the HTTP client will
+/// read the URL: `http://localhost:1@elsewhere/` is elsewhere).
 fn is_loopback(endpoint: &str) -> bool {
-    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    let Ok(url) = reqwest::Url::parse(endpoint) else {
+        return false;
     };
+    let host = url.host_str().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost")
         || host
             .parse::<std::net::IpAddr>()
@@ -229,6 +229,7 @@ mod tests {
         for refused in [
             "http://acct.table.core.windows.net",
             "http://10.0.0.5:10002/devstoreaccount1",
+            "http://localhost:1@evil.example/devstoreaccount1",
         ] {
             let e = Account::parse(&format!(
                 "TableEndpoint={refused};SharedAccessSignature=sv=1&sig=secret"

@@ -28,6 +28,18 @@ use tokio::sync::Notify;
 pub struct CancelSignal {
     generation: AtomicU64,
     notify: Notify,
+    /// Writes running now ([`CancelSignal::writing`]).
+    writing: std::sync::atomic::AtomicUsize,
+}
+
+/// Held while a write runs: a hang-up does not cancel it.
+#[derive(Debug)]
+pub struct Writing<'a>(&'a CancelSignal);
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.writing.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl CancelSignal {
@@ -40,6 +52,21 @@ impl CancelSignal {
     pub fn cancel(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.notify.notify_waiters();
+    }
+
+    /// The client hung up: cancels a running read, and lets a running
+    /// write finish as PostgreSQL would (a write of several entity-group
+    /// transactions stopped half-way would stay half-applied).
+    pub fn hang_up(&self) {
+        if self.writing.load(Ordering::SeqCst) == 0 {
+            self.cancel();
+        }
+    }
+
+    /// Marks a write as running until the guard drops.
+    pub fn writing(&self) -> Writing<'_> {
+        self.writing.fetch_add(1, Ordering::SeqCst);
+        Writing(self)
     }
 
     /// Completes when a cancel arrives after `since`.

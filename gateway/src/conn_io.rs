@@ -288,9 +288,9 @@ impl Frames {
 
 /// A blocking TCP socket served from inside a poll: every poll is ready.
 pub(crate) struct BlockingTcp {
-    /// Shared with [`Sockets`] (weakly) rather than duplicated: a second
-    /// descriptor per connection would halve how many connections fit
-    /// under the process's open-file limit.
+    /// Shared with [`Sockets`] (weakly) rather than duplicated: each
+    /// connection's one duplicate descriptor is the hang-up watcher's
+    /// (`server.rs`).
     sock: Arc<TcpStream>,
     chunk: Box<[u8]>,
     _registration: Registration,

@@ -303,6 +303,9 @@ struct Cursor {
     query: CursorQuery,
     rows: Arc<tokio::sync::Mutex<CursorRows>>,
     hold: bool,
+    /// Savepoints of the transaction when it was declared: ROLLBACK TO an
+    /// earlier one closes it, as in PostgreSQL.
+    depth: usize,
 }
 
 impl Cursor {
@@ -1293,6 +1296,7 @@ impl ConnHandler {
                 one_text_row(name, &[v])
             }
             Prepared::Write(w) => {
+                let _writing = self.cancel.writing();
                 let mut txn = self.txn.lock().take();
                 // A cancelled write stops between entity-group
                 // transactions: those applied stay applied.
@@ -1353,9 +1357,13 @@ impl ConnHandler {
                 // Cursors without HOLD end with their transaction.
                 self.cursors.lock().retain(|_, c| c.hold);
                 let txn = self.txn.lock().take();
-                let failed = client.transaction_status() == TransactionStatus::Error;
+                // A ROLLBACK TO earlier in this same Query message ended the
+                // failed state pgwire still reports.
+                let failed = client.transaction_status() == TransactionStatus::Error
+                    && !self.restored.load(std::sync::atomic::Ordering::Relaxed);
                 if matches!(p, Prepared::Commit) && !failed {
                     if let Some(t) = txn {
+                        let _writing = self.cancel.writing();
                         // The transaction is over whatever COMMIT answers:
                         // a failed one (40001, 53000) applied nothing, and
                         // the session goes back to idle, as in PostgreSQL.
@@ -1387,9 +1395,11 @@ impl ConnHandler {
                 match p {
                     Prepared::Savepoint(_) => t.savepoint(name),
                     Prepared::Release(_) => t.release(name),
-                    _ => t.rollback_to(name).inspect(|()| {
+                    _ => t.rollback_to(name).map(|kept| {
+                        // Cursors declared after the savepoint go with it.
+                        self.cursors.lock().retain(|_, c| c.hold || c.depth < kept);
                         self.restored
-                            .store(true, std::sync::atomic::Ordering::Relaxed)
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
                     }),
                 }
                 .map_err(plan_err)?;
@@ -1450,6 +1460,7 @@ impl ConnHandler {
                         return Err(PgError::new("XX000", "a cursor's query ran unplanned"));
                     }
                 };
+                let depth = self.txn.lock().as_ref().map_or(0, Transaction::depth);
                 self.cursors.lock().insert(
                     name.clone(),
                     Cursor {
@@ -1460,6 +1471,7 @@ impl ConnHandler {
                             done: false,
                         })),
                         hold: *hold,
+                        depth,
                     },
                 );
                 Response::Execution(Tag::new("DECLARE CURSOR"))

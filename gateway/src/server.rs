@@ -472,7 +472,13 @@ impl Job {
             .try_clone()
             .ok()
             .and_then(|s| TcpStream::from_std(s).ok())
-            .map(|watch| tokio::spawn(cancel_on_hangup(watch, self.handlers.cancel_signal())));
+            .map(|watch| {
+                tokio::spawn(cancel_on_hangup(
+                    watch,
+                    self.handlers.cancel_signal(),
+                    sockets.clone(),
+                ))
+            });
         let Ok(socket) = TcpStream::from_std(self.socket) else {
             return;
         };
@@ -498,14 +504,22 @@ impl Job {
 /// for a client that is gone (PostgreSQL's client_connection_check_interval
 /// does the same). Runs beside the connection on its thread; reading
 /// nothing, it never competes with the protocol for bytes.
-async fn cancel_on_hangup(watch: TcpStream, signal: Arc<crate::cancel::CancelSignal>) {
+async fn cancel_on_hangup(
+    watch: TcpStream,
+    signal: Arc<crate::cancel::CancelSignal>,
+    sockets: Sockets,
+) {
     use tokio::io::Interest;
     loop {
         let Ok(ready) = watch.ready(Interest::READABLE).await else {
             return;
         };
         if ready.is_read_closed() {
-            signal.cancel();
+            // A graceful shutdown closes reads itself, and lets running
+            // statements finish.
+            if !sockets.draining() {
+                signal.hang_up();
+            }
             return;
         }
         // Bytes arrived (the connection reads them): forget this readiness

@@ -362,6 +362,18 @@ async fn native_answers_match_the_analytics_engine() {
                         analytic
                     );
                 }
+                // A statement the native path runs, the engine runs too,
+                // and the other way round.
+                if let Ok(Some(_)) | Err(_) = native {
+                    proptest::prop_assert_eq!(
+                        native.is_ok(),
+                        analytic.is_ok(),
+                        "{}: {:?} / {:?}",
+                        sql,
+                        native,
+                        analytic
+                    );
+                }
                 if let (Ok(Some(mut n)), Ok(mut a)) = (native.clone(), analytic.clone()) {
                     native_runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if !sql.contains("ORDER BY") {

@@ -122,7 +122,9 @@ pub enum PlanError {
     #[error("savepoint \"{0}\" does not exist")]
     NoSuchSavepoint(String),
     /// More savepoints than a transaction keeps (54000).
-    #[error("too many savepoints: a transaction keeps at most {0}")]
+    #[error(
+        "too many savepoints: a transaction keeps at most {0}, and 32 MiB of writes under them"
+    )]
     TooManySavepoints(usize),
     /// COMMIT found that an entity changed (or an inserted key appeared)
     /// since the transaction read it; nothing was applied (40001).

@@ -108,9 +108,13 @@ impl Overlay {
     }
 }
 
-/// Savepoints one transaction keeps at most. Each holds a copy of the
-/// staged writes (at most an EGT's 100 entities and 4 MiB).
-pub const MAX_SAVEPOINTS: usize = 16;
+/// Savepoints one transaction keeps at most (psql's ON_ERROR_ROLLBACK
+/// leaves one behind per failed statement).
+pub const MAX_SAVEPOINTS: usize = 1_000;
+/// Bytes of staged writes the savepoints of one transaction may keep. A
+/// savepoint shares the staged writes until the next write copies them,
+/// so only savepoints with writes between them count.
+pub const MAX_SAVEPOINT_BYTES: usize = 32 << 20;
 
 /// An open `BEGIN ... COMMIT` block's writes.
 #[derive(Debug, Default)]
@@ -125,7 +129,8 @@ pub struct Transaction {
 struct Writes {
     /// The first write's table and PartitionKey.
     scope: Option<(Arc<TableDef>, String)>,
-    staged: BTreeMap<String, Staged>,
+    /// Shared with the savepoints taken since the last write.
+    staged: Arc<BTreeMap<String, Staged>>,
     /// The payload bytes of the operations COMMIT would send, kept as
     /// entries change: summing every operation on each write made a
     /// 100-statement transaction quadratic.
@@ -141,11 +146,25 @@ impl Transaction {
     /// `SAVEPOINT name`: marks the writes so far. A name used before is
     /// shadowed until released, as in PostgreSQL.
     pub fn savepoint(&mut self, name: &str) -> Result<()> {
-        if self.savepoints.len() >= MAX_SAVEPOINTS {
+        // Each distinct copy of the staged writes, counted once.
+        let mut held = 0;
+        let mut last: Option<&Arc<BTreeMap<String, Staged>>> = None;
+        for w in self.savepoints.iter().map(|(_, w)| w) {
+            if !last.is_some_and(|l| Arc::ptr_eq(l, &w.staged)) {
+                held += w.bytes;
+            }
+            last = Some(&w.staged);
+        }
+        if self.savepoints.len() >= MAX_SAVEPOINTS || held > MAX_SAVEPOINT_BYTES {
             return Err(PlanError::TooManySavepoints(MAX_SAVEPOINTS));
         }
         self.savepoints.push((name.to_owned(), self.writes.clone()));
         Ok(())
+    }
+
+    /// Savepoints held now.
+    pub fn depth(&self) -> usize {
+        self.savepoints.len()
     }
 
     /// `RELEASE SAVEPOINT name`: forgets it and every later one, keeping
@@ -157,12 +176,12 @@ impl Transaction {
     }
 
     /// `ROLLBACK TO SAVEPOINT name`: the writes as they were at it; it
-    /// stays, later ones go.
-    pub fn rollback_to(&mut self, name: &str) -> Result<()> {
+    /// stays, later ones go. Returns the savepoints left ([`Self::depth`]).
+    pub fn rollback_to(&mut self, name: &str) -> Result<usize> {
         let i = self.find(name)?;
         self.savepoints.truncate(i + 1);
         self.writes = self.savepoints[i].1.clone();
-        Ok(())
+        Ok(i + 1)
     }
 
     /// The newest savepoint called `name`.
@@ -253,7 +272,9 @@ impl Transaction {
         {
             let mut stats = RetryStats::default();
             let current = with_retry(retry, &mut stats, || store.get(table, pk, rk)).await?;
-            let s = self.writes.staged.get_mut(rk).expect("checked");
+            let s = Arc::make_mut(&mut self.writes.staged)
+                .get_mut(rk)
+                .expect("checked");
             let before = payload(pk, rk, s);
             s.base = match current {
                 Some(e) => Base::Present(e),
@@ -378,7 +399,7 @@ impl Transaction {
                 ),
             });
         }
-        self.writes.staged.insert(rk.to_owned(), next);
+        Arc::make_mut(&mut self.writes.staged).insert(rk.to_owned(), next);
         self.writes.bytes = size;
         if self.writes.scope.is_none() {
             self.writes.scope = Some((table.clone(), pk.to_owned()));
@@ -392,8 +413,7 @@ impl Transaction {
         let Some((_, pk)) = &self.writes.scope else {
             return Vec::new();
         };
-        self.writes
-            .staged
+        Arc::unwrap_or_clone(self.writes.staged)
             .into_iter()
             .filter_map(|(rk, s)| operation(pk, rk, s))
             .collect()
@@ -666,6 +686,8 @@ mod tests {
         tx.rollback_to("empty").unwrap();
         assert!(tx.is_empty());
         tx.admit(&t, "q", "x").unwrap();
+        // Savepoints without writes between them share one copy: psql's
+        // ON_ERROR_ROLLBACK may leave hundreds.
         for i in 1..MAX_SAVEPOINTS {
             tx.savepoint(&format!("s{i}")).unwrap();
         }
@@ -673,6 +695,31 @@ mod tests {
             tx.savepoint("over"),
             Err(PlanError::TooManySavepoints(_))
         ));
+        // With writes between them, their copies count against the bytes.
+        let mut tx = Transaction::new();
+        let big = |n: usize| {
+            (0..10).fold(EntityWrite::new("p", "a"), |w, i| {
+                w.with(
+                    format!("c{i}"),
+                    Value::String(format!("{n}{}", "x".repeat(60_000))),
+                )
+            })
+        };
+        let mut kept = 0;
+        let refused = loop {
+            if let Err(e) = tx.savepoint("s") {
+                break e;
+            }
+            kept += 1;
+            tx.stage(&t, "p", "a", Change::Upsert(big(kept), false), None)
+                .unwrap();
+        };
+        assert!(matches!(refused, PlanError::TooManySavepoints(_)));
+        let per = tx.writes.bytes;
+        assert!(
+            (MAX_SAVEPOINT_BYTES / per..=MAX_SAVEPOINT_BYTES / per + 2).contains(&kept),
+            "{kept} of {per} bytes"
+        );
     }
 
     #[test]

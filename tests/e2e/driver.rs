@@ -258,6 +258,30 @@ async fn shutdown_ends_idle_sessions_with_57p01() {
     assert!(client.simple_query("SELECT 1").await.is_err());
 }
 
+/// A statement running at SIGTERM finishes and its answer arrives: the
+/// shutdown closing reads is not the client hanging up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_running_statement_finish() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let (client, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    // About 3 s of work on this machine (2,000,000,000 rows).
+    let query = tokio::spawn(async move {
+        client
+            .simple_query(
+                "SELECT sum(a.value * b.value % 7) FROM generate_series(1, 4000) a \
+                 CROSS JOIN generate_series(1, 500000) b",
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!query.is_finished(), "the statement ended before SIGTERM");
+    let stopped = tokio::task::spawn_blocking(move || s.terminate());
+    let answer = query.await.unwrap();
+    assert!(answer.is_ok(), "{answer:?}");
+    assert!(stopped.await.unwrap(), "a clean exit");
+}
+
 /// A throttled full scan of 36,000 entities takes seconds at the account
 /// target; cancel requests and statement_timeout stop it mid-stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -462,6 +462,35 @@ async fn savepoints_inside_a_transaction() {
     .unwrap();
     let got: Vec<String> = rows(&c, "sp").await.into_iter().map(|r| r.0).collect();
     assert_eq!(got, ["r1", "r3"]);
+    // ROLLBACK TO and COMMIT in one Query message: the failure before the
+    // savepoint's rollback does not make COMMIT a ROLLBACK.
+    c.batch_execute("BEGIN; INSERT INTO regs (race, runner) VALUES ('sq', 'a'); SAVEPOINT s")
+        .await
+        .unwrap();
+    let e = c
+        .batch_execute("INSERT INTO regs (race, runner) VALUES ('sq', 'a')")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "23505", "{e:?}");
+    c.batch_execute("ROLLBACK TO s; COMMIT").await.unwrap();
+    assert_eq!(rows(&c, "sq").await.len(), 1);
+    // A cursor declared after the savepoint goes with it; one declared
+    // before stays.
+    c.batch_execute(
+        "BEGIN; DECLARE before CURSOR FOR SELECT runner FROM regs WHERE race = 'sp'; \
+         SAVEPOINT s; DECLARE after CURSOR FOR SELECT runner FROM regs WHERE race = 'sp'; \
+         ROLLBACK TO s",
+    )
+    .await
+    .unwrap();
+    let kept = c.simple_query("FETCH 1 FROM before").await.unwrap();
+    assert!(
+        kept.iter()
+            .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+    );
+    let e = c.batch_execute("FETCH 1 FROM after").await.unwrap_err();
+    assert_eq!(code(&e), "34000", "{e:?}");
+    c.batch_execute("ROLLBACK").await.unwrap();
 }
 
 #[tokio::test]

@@ -2,14 +2,16 @@
 //! datafusion-pg-catalog's rewrites where they keep the answer the same.
 //!
 //! datafusion-pg-catalog's `PostgresCompatibilityParser` exists for the
-//! catalog queries psql, pgcli and drivers send. Two of its rewrites change
-//! what a query returns: a correlated subquery in the select list becomes
-//! `NULL`, and an uncorrelated one gets `LIMIT 1` (PostgreSQL refuses a
-//! second row with 21000). Those are acceptable for a `\d` column DataFusion
-//! cannot plan, never for a user's query over the store. So a statement
-//! that reads no system catalog gets every other rewrite of that crate, and
-//! only one that reads `pg_catalog` or `information_schema` goes through
-//! the whole compatibility parser (with its list of known client queries).
+//! catalog queries psql, pgcli and drivers send. Some of its rewrites
+//! change what a query returns: a correlated subquery in the select list
+//! becomes `NULL`, an uncorrelated one gets `LIMIT 1` (PostgreSQL refuses a
+//! second row with 21000), and names in ORDER BY are qualified with a
+//! wildcard's table (the wrong one when two tables have the name). Those
+//! are acceptable for a `\d` column DataFusion cannot plan, never for a
+//! user's query over the store. So a statement that reads no system
+//! catalog gets the crate's other rewrites, and only one that reads
+//! `pg_catalog` or `information_schema` goes through the whole
+//! compatibility parser (with its list of known client queries).
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -23,18 +25,19 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use datafusion_pg_catalog::sql::rules::{
     AliasDuplicatedProjectionRewrite, FixArrayLiteral, FixVersionColumnName,
-    PrependUnqualifiedPgTableName, ResolveUnqualifiedIdentifier, RewriteArrayAnyAllOperation,
-    RewritePgCatalogOperator, RewriteRegCastToSubquery, SqlStatementRewriteRule,
-    StripCallableQualifier, StripCollate,
+    PrependUnqualifiedPgTableName, RewriteArrayAnyAllOperation, RewritePgCatalogOperator,
+    RewriteRegCastToSubquery, SqlStatementRewriteRule, StripCallableQualifier, StripCollate,
 };
 
 /// The analytics engine's SQL parser.
 #[derive(Debug)]
 pub struct SqlDialect {
     /// The crate's rewrites in its order, less `RemoveSubqueryFromProjection`
-    /// and with [`SpecialNames`] for its `current_user` to `session_user`
-    /// renaming (which made `SELECT current_user, session_user` two columns
-    /// of one name).
+    /// and `ResolveUnqualifiedIdentifier` (it qualified `ORDER BY name`
+    /// with a `t.*` table's name even when another table's `name` was
+    /// meant), and with [`SpecialNames`] for its `current_user` to
+    /// `session_user` renaming (which made `SELECT current_user,
+    /// session_user` two columns of one name).
     rules: Vec<Arc<dyn SqlStatementRewriteRule>>,
     catalog: PostgresCompatibilityParser,
 }
@@ -50,7 +53,6 @@ impl SqlDialect {
         SqlDialect {
             rules: vec![
                 Arc::new(AliasDuplicatedProjectionRewrite),
-                Arc::new(ResolveUnqualifiedIdentifier),
                 Arc::new(RewriteArrayAnyAllOperation),
                 Arc::new(PrependUnqualifiedPgTableName),
                 Arc::new(StripCallableQualifier),
@@ -171,6 +173,10 @@ mod tests {
         let sql = "SELECT c.id, (SELECT max(o.amount) FROM ord AS o WHERE o.cid = c.id) AS mx FROM cust AS c";
         assert_eq!(one(sql), sql);
         let sql = "SELECT (SELECT o.amount FROM ord AS o) AS a";
+        assert_eq!(one(sql), sql);
+        // Not qualified with the wildcard's table (which picked the wrong
+        // `name` when both tables have one); DataFusion resolves it.
+        let sql = "SELECT o.*, c.name FROM ord AS o JOIN cust AS c ON o.cid = c.id ORDER BY name";
         assert_eq!(one(sql), sql);
     }
 
