@@ -265,7 +265,7 @@ async fn shutdown_lets_a_running_statement_finish() {
     let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
     let (client, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
     tokio::spawn(conn);
-    // About 3 s of work on this machine (2,000,000,000 rows).
+    // Seconds of work: two billion rows.
     let query = tokio::spawn(async move {
         client
             .simple_query(

@@ -67,16 +67,22 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Session>>) 
     for name in ["pg_type_is_visible", "pg_function_is_visible"] {
         ctx.register_udf(ScalarUDF::from(Constant::new(
             name,
-            1,
+            &[1],
             ScalarValue::Boolean(Some(true)),
         )));
     }
+    // tablegate keeps no comments: NULL, as PostgreSQL answers for an
+    // object without one.
     for (name, arities) in [
         ("obj_description", &[1, 2][..]),
         ("col_description", &[2]),
         ("shobj_description", &[2]),
     ] {
-        ctx.register_udf(ScalarUDF::from(NoComment::new(name, arities)));
+        ctx.register_udf(ScalarUDF::from(Constant::new(
+            name,
+            arities,
+            ScalarValue::Utf8(None),
+        )));
     }
 }
 
@@ -295,7 +301,7 @@ impl ScalarUDFImpl for CurrentSetting {
     }
 }
 
-/// A function of `arity` arguments with one answer.
+/// A function of any arguments, in one of `arities` counts, with one answer.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Constant {
     name: &'static str,
@@ -304,10 +310,13 @@ struct Constant {
 }
 
 impl Constant {
-    fn new(name: &'static str, arity: usize, value: ScalarValue) -> Self {
+    fn new(name: &'static str, arities: &[usize], value: ScalarValue) -> Self {
         Constant {
             name,
-            signature: Signature::any(arity, Volatility::Stable),
+            signature: Signature::one_of(
+                arities.iter().map(|n| TypeSignature::Any(*n)).collect(),
+                Volatility::Stable,
+            ),
             value,
         }
     }
@@ -325,41 +334,6 @@ impl ScalarUDFImpl for Constant {
     }
     fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
         Ok(ColumnarValue::Scalar(self.value.clone()))
-    }
-}
-
-/// `obj_description` and its siblings: tablegate keeps no comments, so
-/// NULL, which is what PostgreSQL answers for an object without one.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct NoComment {
-    name: &'static str,
-    signature: Signature,
-}
-
-impl NoComment {
-    fn new(name: &'static str, arities: &[usize]) -> Self {
-        NoComment {
-            name,
-            signature: Signature::one_of(
-                arities.iter().map(|n| TypeSignature::Any(*n)).collect(),
-                Volatility::Stable,
-            ),
-        }
-    }
-}
-
-impl ScalarUDFImpl for NoComment {
-    fn name(&self) -> &str {
-        self.name
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))
     }
 }
 
