@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds="${1:-60}"
-targets="${FUZZ_TARGETS:-sql stored_bytes}"
+targets="${FUZZ_TARGETS:-sql stored_bytes copy frontend}"
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 # Address sanitizer off: the code is safe Rust (unsafe_code = forbid), and
 # without it a build takes minutes less and runs several times faster.

@@ -19,6 +19,7 @@ use pgwire::api::auth::{
 };
 use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::startup::PasswordMessageFamily;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tablegate_store::{EntityWrite, Operation, StoreError, TableStore, Value};
 
@@ -142,6 +143,9 @@ pub struct ScramStartup {
     registry: Arc<CancelRegistry>,
     cancel: Arc<CancelSignal>,
     pid: Arc<Mutex<Option<i32>>>,
+    /// The client's first password-family message (SASLInitialResponse)
+    /// has been read.
+    initial_read: std::sync::atomic::AtomicBool,
 }
 
 impl Debug for ScramStartup {
@@ -176,6 +180,7 @@ impl ScramStartup {
             registry,
             cancel,
             pid,
+            initial_read: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -192,6 +197,23 @@ impl StartupHandler for ScramStartup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        // pgwire reads a SASLInitialResponse's lengths as they come (a
+        // short or lying one would panic the connection's thread): its
+        // layout is checked here, where the message is known to be one.
+        if let PgWireFrontendMessage::PasswordMessageFamily(PasswordMessageFamily::Raw(body)) =
+            &message
+            && !self
+                .initial_read
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            && !sasl_initial_response_is_well_formed(body)
+        {
+            let mut info = crate::encode::error_info(crate::sqlstate::PgError::new(
+                "08P01",
+                "invalid message format",
+            ));
+            info.severity = "FATAL".to_owned();
+            return Err(PgWireError::UserError(Box::new(info)));
+        }
         self.inner.on_startup(client, message).await?;
         if matches!(client.state(), PgWireConnectionState::ReadyForQuery)
             && self.pid.lock().is_none()
@@ -201,5 +223,35 @@ impl StartupHandler for ScramStartup {
             *self.pid.lock() = Some(pid);
         }
         Ok(())
+    }
+}
+
+/// A SASLInitialResponse body: the mechanism's name (a C string), then the
+/// initial response's length (-1 for none) and exactly that many bytes.
+fn sasl_initial_response_is_well_formed(body: &[u8]) -> bool {
+    let Some(nul) = body.iter().position(|&b| b == 0) else {
+        return false;
+    };
+    let rest = &body[nul + 1..];
+    let Some((len, data)) = rest.split_first_chunk::<4>() else {
+        return false;
+    };
+    match i32::from_be_bytes(*len) {
+        -1 => data.is_empty(),
+        n => usize::try_from(n).is_ok_and(|n| n == data.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_sasl_initial_response_must_hold_what_it_claims() {
+        use super::sasl_initial_response_is_well_formed as ok;
+        assert!(ok(b"SCRAM-SHA-256\0\0\0\0\x03abc"));
+        assert!(ok(b"SCRAM-SHA-256\0\xff\xff\xff\xff"));
+        assert!(!ok(b"SCRAM-SHA-256\0\0\0\0\x09abc"));
+        assert!(!ok(b"SCRAM-SHA-256\0\0\0"));
+        assert!(!ok(b"SCRAM-SHA-256"));
+        assert!(!ok(b"SCRAM-SHA-256\0\xff\xff\xff\xfeab"));
     }
 }

@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
 use pgwire::tokio::server::MaybeTls;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -78,13 +79,20 @@ impl ConnIo {
     /// `trusted_limit` (trust authentication, which is over once the
     /// startup packet is read), messages after the startup packet may be
     /// that long at once, so a client may pipeline its first query.
-    pub(crate) fn new(io: MaybeTls, buffered: &[u8], trusted_limit: Option<usize>) -> ConnIo {
+    pub(crate) fn new(
+        io: MaybeTls,
+        buffered: &mut BytesMut,
+        trusted_limit: Option<usize>,
+    ) -> ConnIo {
         let mut frames = Frames {
             trusted_limit,
             ..Frames::default()
         };
-        // Already in the codec's buffer: checked like any read.
-        let _ = frames.check(buffered);
+        // Already in the codec's buffer: checked like any read, and cut
+        // before a refused message.
+        if let Some(cut) = frames.check_buffered(buffered) {
+            buffered.truncate(cut);
+        }
         ConnIo {
             transport: Transport::Reactor(io),
             frames,
@@ -102,12 +110,15 @@ impl ConnIo {
     /// guard follows pgwire's boundaries, not only the declared ones: a
     /// client cannot hide a long length from the guard inside a message
     /// that declares more than it holds.
-    pub(crate) fn resync(&mut self, buffered: &[u8], untyped: bool) {
+    pub(crate) fn resync(&mut self, buffered: &mut BytesMut, untyped: bool) {
         self.frames.body_left = 0;
         self.frames.header_len = 0;
+        self.frames.capturing = false;
         self.frames.untyped = untyped;
-        // A refusal found here fails the next read.
-        let _ = self.frames.check(buffered);
+        // A refused message is cut from the buffer; the next read fails.
+        if let Some(cut) = self.frames.check_buffered(buffered) {
+            buffered.truncate(cut);
+        }
     }
 
     /// Authentication is over: messages may be up to `limit` bytes.
@@ -161,8 +172,13 @@ struct Frames {
     limit: usize,
     /// The limit after the startup packet under trust authentication.
     trusted_limit: Option<usize>,
-    /// Set once a length was refused: every later read fails too.
-    refused: Option<usize>,
+    /// Set once a message was refused: every later read fails too.
+    refused: Option<Refusal>,
+    /// The current message's type (0 for an untyped one) and, for types
+    /// with a layout to check, its body so far.
+    tag: u8,
+    body: Vec<u8>,
+    capturing: bool,
 }
 
 impl Default for Frames {
@@ -175,86 +191,239 @@ impl Default for Frames {
             limit: crate::admission::MAX_STARTUP_MESSAGE_BYTES,
             trusted_limit: None,
             refused: None,
+            tag: 0,
+            body: Vec::new(),
+            capturing: false,
         }
     }
 }
 
-/// The error a refused length surfaces as (an I/O error, since it comes
-/// from the transport); [`too_large`] turns it back into the client's.
-#[derive(Debug)]
-struct MessageTooLarge {
-    length: usize,
-    limit: usize,
+/// Why the guard refused a message. It surfaces as an I/O error (it comes
+/// from the transport); [`refusal`] turns it back into the client's.
+#[derive(Debug, Clone)]
+enum Refusal {
+    /// A length over the limit, refused when its header arrives.
+    TooLarge { length: usize, limit: usize },
+    /// A body that does not have its type's layout (PostgreSQL's "invalid
+    /// message format"): pgwire's decoders would read past it or panic.
+    Malformed(String),
 }
 
-impl std::fmt::Display for MessageTooLarge {
+impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "message of {} bytes exceeds the limit of {} bytes",
-            self.length, self.limit
-        )
+        match self {
+            Refusal::TooLarge { length, limit } => write!(
+                f,
+                "message of {length} bytes exceeds the limit of {limit} bytes"
+            ),
+            Refusal::Malformed(why) => f.write_str(why),
+        }
     }
 }
 
-impl std::error::Error for MessageTooLarge {}
+impl std::error::Error for Refusal {}
 
-/// The client's error for a refused message length, if `e` is one.
-pub(crate) fn too_large(e: &pgwire::error::PgWireError) -> Option<crate::sqlstate::PgError> {
-    let t = match e {
-        pgwire::error::PgWireError::IoError(io) => {
-            let t = io.get_ref()?.downcast_ref::<MessageTooLarge>()?;
-            MessageTooLarge {
-                length: t.length,
-                limit: t.limit,
-            }
-        }
+/// The client's error for a message the guard refused, if `e` is one.
+pub(crate) fn refusal(e: &pgwire::error::PgWireError) -> Option<crate::sqlstate::PgError> {
+    let r = match e {
+        pgwire::error::PgWireError::IoError(io) => io.get_ref()?.downcast_ref::<Refusal>()?.clone(),
         // pgwire's own per-message limits (the startup packet's).
-        pgwire::error::PgWireError::MessageTooLarge(limit, length) => MessageTooLarge {
+        pgwire::error::PgWireError::MessageTooLarge(limit, length) => Refusal::TooLarge {
             length: *length,
             limit: *limit,
         },
         _ => return None,
     };
-    let hint = if t.limit == crate::admission::MAX_STARTUP_MESSAGE_BYTES {
-        "messages before authentication are limited to 10,000 bytes".to_owned()
-    } else {
-        "the server's max_message_bytes setting limits messages; send large data with COPY, in several statements".to_owned()
+    Some(match r {
+        Refusal::TooLarge { limit, .. } => {
+            let hint = if limit == crate::admission::MAX_STARTUP_MESSAGE_BYTES {
+                "messages before authentication are limited to 10,000 bytes"
+            } else {
+                "the server's max_message_bytes setting limits messages; send large data with COPY, in several statements"
+            };
+            crate::sqlstate::PgError::new("54000", r.to_string()).hint(hint)
+        }
+        Refusal::Malformed(_) => crate::sqlstate::PgError::new("08P01", r.to_string()),
+    })
+}
+
+/// Checks a frontend message's body against its type's layout (the
+/// protocol's "Message Formats"): every count, length and string ends
+/// inside the body and the last one ends the body. `tag` 0 is an untyped
+/// message, whose body starts with its code. CopyData and the password
+/// family are free-form (SCRAM's messages are checked where they are
+/// read).
+fn well_formed(tag: u8, body: &[u8]) -> Result<(), String> {
+    struct Reader<'a>(&'a [u8]);
+    impl Reader<'_> {
+        fn take(&mut self, n: usize) -> Option<&[u8]> {
+            let (head, tail) = (self.0.get(..n)?, self.0.get(n..)?);
+            self.0 = tail;
+            Some(head)
+        }
+        fn cstring(&mut self) -> Option<()> {
+            let end = self.0.iter().position(|&b| b == 0)?;
+            self.take(end + 1).map(|_| ())
+        }
+        fn u16(&mut self) -> Option<usize> {
+            self.take(2)
+                .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        }
+        fn i32(&mut self) -> Option<i32> {
+            self.take(4)
+                .map(|b| i32::from_be_bytes(b.try_into().expect("4 bytes")))
+        }
+        fn subtype(&mut self, what: &str) -> Result<(), String> {
+            match self.take(1) {
+                Some([b'S' | b'P']) => Ok(()),
+                Some([b]) => Err(format!("invalid {what} message subtype {b}")),
+                _ => Err("invalid message format".to_owned()),
+            }
+        }
+    }
+    let mut r = Reader(body);
+    let ok = match tag {
+        // Untyped: SSLRequest, GSSENCRequest, CancelRequest, startup.
+        0 => match r.i32() {
+            Some(80_877_103 | 80_877_104) => Some(r.0.is_empty()),
+            // The process id and a secret key of 4 to 256 bytes.
+            Some(80_877_102) => {
+                let n = r.0.len();
+                r.take(n).map(|_| (8..=260).contains(&n))
+            }
+            Some(version) if version >> 16 == 3 => {
+                // Name/value pairs, then a terminating NUL as the last byte.
+                while r.0.len() > 1 {
+                    if r.cstring().is_none() || r.cstring().is_none() {
+                        return Err(
+                            "invalid startup packet layout: expected terminator as last byte"
+                                .to_owned(),
+                        );
+                    }
+                }
+                Some(r.take(1) == Some(&[0][..]))
+            }
+            // pgwire refuses other protocol versions itself.
+            _ => return Ok(()),
+        },
+        b'Q' | b'f' => r.cstring().map(|()| true),
+        b'P' => (|| {
+            r.cstring()?;
+            r.cstring()?;
+            let n = r.u16()?;
+            r.take(n * 4).map(|_| true)
+        })(),
+        b'B' => (|| {
+            r.cstring()?;
+            r.cstring()?;
+            let formats = r.u16()?;
+            r.take(formats * 2)?;
+            for _ in 0..r.u16()? {
+                match r.i32()? {
+                    -1 => {}
+                    n => {
+                        r.take(usize::try_from(n).ok()?)?;
+                    }
+                }
+            }
+            let results = r.u16()?;
+            r.take(results * 2).map(|_| true)
+        })(),
+        b'D' => {
+            r.subtype("DESCRIBE")?;
+            r.cstring().map(|()| true)
+        }
+        b'C' => {
+            r.subtype("CLOSE")?;
+            r.cstring().map(|()| true)
+        }
+        b'E' => r.cstring().and_then(|()| r.i32()).map(|_| true),
+        b'H' | b'S' | b'X' | b'c' => Some(true),
+        b'd' | b'p' => return Ok(()),
+        other => return Err(format!("invalid frontend message type {other}")),
     };
-    Some(crate::sqlstate::PgError::new("54000", t.to_string()).hint(hint))
+    match ok {
+        Some(true) if r.0.is_empty() => Ok(()),
+        _ => Err("invalid message format".to_owned()),
+    }
 }
 
 impl Frames {
-    /// Follows `bytes`, just read; an error if a header in them announces
-    /// a message over the limit.
-    fn check(&mut self, mut bytes: &[u8]) -> io::Result<()> {
-        if let Some(length) = self.refused {
-            return Err(self.error(length));
+    /// Follows `bytes`, just read; an error if a message in them is
+    /// refused (a header announcing a length over the limit, or a body
+    /// without its type's layout).
+    fn check(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.scan(bytes).map_err(|_| self.error())
+    }
+
+    /// Follows `bytes`, already in the codec's buffer and starting at a
+    /// message boundary; if a message in them is refused, the length of
+    /// what comes before it (the caller keeps only that, so the codec
+    /// never decodes the refused message, and the next read fails).
+    fn check_buffered(&mut self, bytes: &[u8]) -> Option<usize> {
+        // Refused earlier: the buffer was cut then (or the refused bytes
+        // never reached it), so all of it comes before the refusal.
+        if self.refused.is_some() {
+            return None;
         }
-        while !bytes.is_empty() {
+        self.scan(bytes).err()
+    }
+
+    /// [`Frames::check`]'s work; the error is where the refused message
+    /// starts in `bytes` (0 if it started in an earlier read).
+    fn scan(&mut self, bytes: &[u8]) -> Result<(), usize> {
+        if self.refused.is_some() {
+            return Err(0);
+        }
+        let mut at = 0;
+        // Where the message being followed started in `bytes`.
+        let mut start = 0;
+        while at < bytes.len() {
             if self.body_left > 0 {
-                let n = self.body_left.min(bytes.len());
+                let n = self.body_left.min(bytes.len() - at);
+                if self.capturing {
+                    self.body.extend_from_slice(&bytes[at..at + n]);
+                }
                 self.body_left -= n;
-                bytes = &bytes[n..];
+                at += n;
+                if self.body_left == 0 {
+                    self.finish().map_err(|()| start)?;
+                }
                 continue;
             }
             // Untyped: length (4) and code (4); typed: type (1), length (4).
             let want = if self.untyped { 8 } else { 5 };
-            let n = (want - self.header_len).min(bytes.len());
-            self.header[self.header_len..self.header_len + n].copy_from_slice(&bytes[..n]);
+            if self.header_len == 0 {
+                start = at;
+            }
+            let n = (want - self.header_len).min(bytes.len() - at);
+            self.header[self.header_len..self.header_len + n].copy_from_slice(&bytes[at..at + n]);
             self.header_len += n;
-            bytes = &bytes[n..];
+            at += n;
             if self.header_len < want {
                 break;
             }
             self.header_len = 0;
-            let at = usize::from(!self.untyped);
+            let typed = usize::from(!self.untyped);
             let length =
-                u32::from_be_bytes(self.header[at..at + 4].try_into().expect("4 bytes")) as usize;
+                u32::from_be_bytes(self.header[typed..typed + 4].try_into().expect("4 bytes"))
+                    as usize;
             if length > self.limit {
-                self.refused = Some(length);
-                return Err(self.error(length));
+                self.refused = Some(Refusal::TooLarge {
+                    length,
+                    limit: self.limit,
+                });
+                return Err(start);
             }
+            // The length counts itself (and an untyped message's code).
+            let counted = if self.untyped { 8 } else { 4 };
+            if length < counted {
+                self.refused = Some(Refusal::Malformed(format!(
+                    "invalid message length {length}"
+                )));
+                return Err(start);
+            }
+            self.body.clear();
             if self.untyped {
                 let code = u32::from_be_bytes(self.header[4..8].try_into().expect("4 bytes"));
                 // SSLRequest and GSSENCRequest are followed by another
@@ -265,24 +434,41 @@ impl Frames {
                 {
                     self.limit = l;
                 }
-                // The length counts itself and the code, already read.
-                self.body_left = length.saturating_sub(8);
+                self.tag = 0;
+                self.body.extend_from_slice(&self.header[4..8]);
             } else {
-                // The length counts itself, already read.
-                self.body_left = length.saturating_sub(4);
+                self.tag = self.header[0];
+            }
+            self.capturing = !matches!(self.tag, b'd' | b'p');
+            self.body_left = length - counted;
+            if self.body_left == 0 {
+                self.finish().map_err(|()| start)?;
             }
         }
         Ok(())
     }
 
-    fn error(&self, length: usize) -> io::Error {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            MessageTooLarge {
-                length,
-                limit: self.limit,
-            },
-        )
+    /// The current message's body is complete: checks its layout.
+    fn finish(&mut self) -> Result<(), ()> {
+        let checked = if self.capturing {
+            well_formed(self.tag, &self.body)
+        } else {
+            Ok(())
+        };
+        // A large body's buffer is not kept for the connection's life.
+        if self.body.capacity() > 64 * 1024 {
+            self.body = Vec::new();
+        }
+        self.capturing = false;
+        checked.map_err(|why| self.refused = Some(Refusal::Malformed(why)))
+    }
+
+    fn error(&self) -> io::Error {
+        let refusal = self
+            .refused
+            .clone()
+            .unwrap_or_else(|| Refusal::Malformed("invalid message format".to_owned()));
+        io::Error::new(io::ErrorKind::InvalidData, refusal)
     }
 }
 
@@ -332,8 +518,8 @@ impl AsyncRead for ConnIo {
         let this = self.get_mut();
         // A length already refused (perhaps in bytes read before this
         // transport existed) fails the read at once: no more will come.
-        if let Some(length) = this.frames.refused {
-            return Poll::Ready(Err(this.frames.error(length)));
+        if this.frames.refused.is_some() {
+            return Poll::Ready(Err(this.frames.error()));
         }
         let before = buf.filled().len();
         let read = match &mut this.transport {
@@ -469,7 +655,10 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        (ConnIo::new(MaybeTls::Plain(server), &[], None), client)
+        (
+            ConnIo::new(MaybeTls::Plain(server), &mut BytesMut::new(), None),
+            client,
+        )
     }
 
     #[tokio::test]
@@ -574,10 +763,11 @@ mod tests {
         // SSLRequest, then a startup packet of 20 bytes, fed byte by byte.
         let mut stream = untyped(8, 80_877_103);
         stream.extend(untyped(20, 196_608));
-        stream.extend([0u8; 12]);
+        stream.extend(b"user\0abcde\0\0");
         // A Query of 9,000 bytes (under the startup limit).
         stream.extend(typed(b'Q', 9_000));
-        stream.extend(vec![b'x'; 8_996]);
+        stream.extend(vec![b'x'; 8_995]);
+        stream.push(0);
         for b in &stream {
             f.check(std::slice::from_ref(b)).unwrap();
         }
@@ -587,10 +777,13 @@ mod tests {
         assert!(f.check(b"more").is_err(), "refused for good");
         // After authentication the configured limit holds.
         let mut f = Frames::default();
-        f.check(&untyped(8, 196_608)).unwrap();
+        f.check(&untyped(9, 196_608)).unwrap();
+        f.check(&[0]).unwrap();
         f.limit = 1 << 20;
         f.check(&typed(b'Q', 1 << 20)).unwrap();
-        f.check(&vec![0u8; (1 << 20) - 4]).unwrap();
+        let mut query = vec![b'x'; (1 << 20) - 5];
+        query.push(0);
+        f.check(&query).unwrap();
         assert!(f.check(&typed(b'Q', (1 << 20) + 1)).is_err());
         // A startup packet claiming 1 GiB.
         let mut f = Frames::default();
@@ -609,7 +802,8 @@ mod tests {
             trusted_limit: Some(1 << 20),
             ..Frames::default()
         };
-        f.check(&untyped(8, 196_608)).unwrap();
+        f.check(&untyped(9, 196_608)).unwrap();
+        f.check(&[0]).unwrap();
         f.check(&typed(b'Q', 900_000)).unwrap();
     }
 
@@ -621,5 +815,124 @@ mod tests {
         io.make_blocking(&sockets).unwrap();
         let mut buf = [0u8; 16];
         assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+    }
+
+    fn refused(frames: &mut Frames, bytes: &[u8]) -> Option<(usize, String)> {
+        let cut = frames.check_buffered(bytes)?;
+        Some((cut, frames.refused.clone().expect("refused").to_string()))
+    }
+
+    fn after_startup() -> Frames {
+        Frames {
+            untyped: false,
+            limit: 1 << 20,
+            ..Frames::default()
+        }
+    }
+
+    fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![tag];
+        m.extend_from_slice(&u32::try_from(body.len() + 4).unwrap().to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    #[test]
+    fn well_formed_messages_pass_in_any_split() {
+        let mut bind = b"portal\0stmt\0".to_vec();
+        bind.extend_from_slice(&[0, 1, 0, 1]); // one format code: binary
+        bind.extend_from_slice(&[0, 2]); // two values
+        bind.extend_from_slice(&[0, 0, 0, 3, b'a', b'b', b'c']);
+        bind.extend_from_slice(&(-1i32).to_be_bytes()); // NULL
+        bind.extend_from_slice(&[0, 0]); // no result codes
+        let stream = [
+            message(b'P', b"s\0SELECT $1\0\0\x01\0\0\0\x19"),
+            message(b'B', &bind),
+            message(b'D', b"Pportal\0"),
+            message(b'E', b"portal\0\0\0\0\0"),
+            message(b'C', b"Sstmt\0"),
+            message(b'd', b"any\0bytes"),
+            message(b'H', b""),
+            message(b'S', b""),
+            message(b'Q', b"SELECT 1\0"),
+        ]
+        .concat();
+        for split in [1, 2, 3, 7, stream.len()] {
+            let mut f = after_startup();
+            for piece in stream.chunks(split) {
+                assert!(f.check(piece).is_ok(), "split {split}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_message_that_lies_is_cut_where_it_starts() {
+        let good = message(b'Q', b"SELECT 1\0");
+        for (bad, why) in [
+            (message(b'P', b"\0"), "invalid message format"),
+            (
+                message(b'B', b"\0\0\0\0\0\x01\0\0\0\x09ab\0\0"),
+                "invalid message format",
+            ),
+            (
+                message(b'B', b"\0\0\0\0\0\x01\xff\xff\xff\xfe\0\0"),
+                "invalid message format",
+            ),
+            (message(b'E', b"\0\0\0"), "invalid message format"),
+            (message(b'Q', b"SELECT 1"), "invalid message format"),
+            (message(b'Q', b"SELECT 1\0x"), "invalid message format"),
+            (message(b'S', b"\0"), "invalid message format"),
+            (message(b'D', b"X\0"), "invalid DESCRIBE message subtype 88"),
+            (message(b'C', b"\0\0"), "invalid CLOSE message subtype 0"),
+            (message(b'F', b""), "invalid frontend message type 70"),
+            (vec![b'Q', 0, 0, 0, 3], "invalid message length 3"),
+        ] {
+            let mut f = after_startup();
+            let stream = [good.clone(), bad, good.clone()].concat();
+            assert_eq!(refused(&mut f, &stream), Some((good.len(), why.to_owned())));
+            // Every later read fails.
+            assert!(f.check(&good).is_err());
+        }
+        // Across reads: the body's end arrives in the second.
+        let mut f = after_startup();
+        let bad = message(b'P', b"\0\0\0\x01");
+        assert!(f.check(&bad[..6]).is_ok());
+        assert!(f.check(&bad[6..]).is_err());
+    }
+
+    #[test]
+    fn startup_packets_are_checked_before_pgwire_reads_them() {
+        let mut startup = 196_608u32.to_be_bytes().to_vec();
+        startup.extend_from_slice(b"user\0me\0\0");
+        let packet = |body: &[u8]| {
+            let mut m = u32::try_from(body.len() + 4)
+                .unwrap()
+                .to_be_bytes()
+                .to_vec();
+            m.extend_from_slice(body);
+            m
+        };
+        assert!(Frames::default().check(&packet(&startup)).is_ok());
+        // No terminator, or a name without a value.
+        let mut f = Frames::default();
+        assert!(refused(&mut f, &packet(&startup[..startup.len() - 1])).is_some());
+        let mut f = Frames::default();
+        assert!(refused(&mut f, &packet(&[&startup[..4], b"user\0\0"].concat())).is_some());
+        // A CancelRequest without its key.
+        let mut cancel = 80_877_102u32.to_be_bytes().to_vec();
+        cancel.extend_from_slice(&7u32.to_be_bytes());
+        let mut f = Frames::default();
+        assert!(refused(&mut f, &packet(&cancel)).is_some());
+        cancel.extend_from_slice(&9u32.to_be_bytes());
+        assert!(Frames::default().check(&packet(&cancel)).is_ok());
+        // An SSLRequest with a body.
+        let mut f = Frames::default();
+        assert!(
+            refused(
+                &mut f,
+                &packet(&[&80_877_103u32.to_be_bytes()[..], b"x"].concat())
+            )
+            .is_some()
+        );
     }
 }

@@ -97,8 +97,15 @@ impl CopyFormat {
                 PgError::new("0A000", "cannot specify HEADER in text mode").hint("use FORMAT csv")
             );
         }
+        if format == Format::Text && (quote.is_some() || escape.is_some()) {
+            let what = if quote.is_some() { "quote" } else { "escape" };
+            return Err(PgError::new(
+                "0A000",
+                format!("COPY {what} available only in CSV mode"),
+            ));
+        }
         let quote = quote.unwrap_or('"');
-        Ok(CopyFormat {
+        let fmt = CopyFormat {
             format,
             delimiter: delimiter.unwrap_or(if format == Format::Csv { ',' } else { '\t' }),
             null: null.unwrap_or_else(|| {
@@ -111,7 +118,77 @@ impl CopyFormat {
             header,
             quote,
             escape: escape.unwrap_or(quote),
-        })
+        };
+        fmt.check()?;
+        Ok(fmt)
+    }
+
+    /// PostgreSQL's rules for the characters (`ProcessCopyOptions`, with
+    /// its SQLSTATEs): the parser finds records by newlines and fields by
+    /// one-byte characters, so anything else could not be read back. One
+    /// rule is ours: PostgreSQL accepts a newline as the CSV quote or
+    /// escape, which no record could then hold.
+    fn check(&self) -> Result<(), PgError> {
+        let unsupported = |m: &str| PgError::new("0A000", m.to_owned());
+        let invalid = |m: &str| PgError::new("22023", m.to_owned());
+        let line_break = |c: char| c == '\n' || c == '\r';
+        if !self.delimiter.is_ascii() {
+            return Err(unsupported(
+                "COPY delimiter must be a single one-byte character",
+            ));
+        }
+        if line_break(self.delimiter) {
+            return Err(invalid(
+                "COPY delimiter cannot be newline or carriage return",
+            ));
+        }
+        if self.null.contains(line_break) {
+            return Err(invalid(
+                "COPY null representation cannot use newline or carriage return",
+            ));
+        }
+        if self.format == Format::Text
+            && (self.delimiter == '\\'
+                || self.delimiter == '.'
+                || self.delimiter.is_ascii_lowercase()
+                || self.delimiter.is_ascii_digit())
+        {
+            return Err(invalid(&format!(
+                "COPY delimiter cannot be \"{}\"",
+                self.delimiter
+            )));
+        }
+        if self.format == Format::Csv {
+            if !self.quote.is_ascii() {
+                return Err(unsupported(
+                    "COPY quote must be a single one-byte character",
+                ));
+            }
+            if !self.escape.is_ascii() {
+                return Err(unsupported(
+                    "COPY escape must be a single one-byte character",
+                ));
+            }
+            if line_break(self.quote) || line_break(self.escape) {
+                return Err(invalid(
+                    "COPY quote and escape cannot be newline or carriage return",
+                ));
+            }
+            if self.delimiter == self.quote {
+                return Err(invalid("COPY delimiter and quote must be different"));
+            }
+        }
+        if self.null.contains(self.delimiter) {
+            return Err(unsupported(
+                "COPY delimiter must not appear in the NULL specification",
+            ));
+        }
+        if self.format == Format::Csv && self.null.contains(self.quote) {
+            return Err(unsupported(
+                "CSV quote character must not appear in the NULL specification",
+            ));
+        }
+        Ok(())
     }
 
     /// Writes one row (`None` is NULL), ending with a newline.
@@ -138,8 +215,10 @@ impl CopyFormat {
                     }
                 }
                 (Some(v), Format::Csv) => {
+                    // A lone `\.` would read back as the end of the data.
                     let needs = v.is_empty()
                         || *v == self.null
+                        || (fields.len() == 1 && *v == "\\.")
                         || v.contains(|c: char| {
                             c == self.delimiter || c == self.quote || c == '\n' || c == '\r'
                         });
@@ -263,9 +342,24 @@ impl Parser {
     /// unfinished record longer than [`MAX_RECORD_BYTES`] is an error.
     fn record_end(&mut self, last: bool) -> Result<Option<(usize, usize, u64)>, PgError> {
         let quote = self.fmt.quote as u32;
+        let escape = self.fmt.escape as u32;
         let csv = self.fmt.format == Format::Csv && quote < 128;
-        for i in self.scanned..self.buf.len() {
+        let mut i = self.scanned;
+        while i < self.buf.len() {
             let b = self.buf[i];
+            // Inside quotes, an escape before a quote or an escape makes it
+            // a literal character (with escape = quote, `""` toggles twice).
+            if csv && self.in_quotes && escape != quote && u32::from(b) == escape {
+                match self.buf.get(i + 1) {
+                    Some(&n) if u32::from(n) == quote || u32::from(n) == escape => {
+                        i += 2;
+                        continue;
+                    }
+                    // The character it escapes is in the next chunk.
+                    None if !last => break,
+                    _ => {}
+                }
+            }
             if csv && u32::from(b) == quote {
                 self.in_quotes = !self.in_quotes;
             } else if b == b'\n' {
@@ -279,8 +373,9 @@ impl Parser {
                     return Ok(Some((i, i + 1, lines)));
                 }
             }
+            i += 1;
         }
-        self.scanned = self.buf.len();
+        self.scanned = i;
         if self.buf.len() - self.start > MAX_RECORD_BYTES {
             return Err(self.too_long());
         }
@@ -393,9 +488,12 @@ impl Parser {
                         }
                         break;
                     }
-                    Some(c) if in_quotes && c == esc && chars.peek() == Some(&q) => {
-                        chars.next();
-                        cur.push(q);
+                    Some(c)
+                        if in_quotes
+                            && c == esc
+                            && matches!(chars.peek(), Some(&n) if n == q || n == esc) =>
+                    {
+                        cur.push(chars.next().expect("peeked"));
                     }
                     Some(c) if c == q => {
                         in_quotes = !in_quotes;
@@ -540,6 +638,81 @@ mod tests {
         let e = CopyFormat::from_options(&[CopyOption::Format(ast::Ident::new("binary"))], &[])
             .unwrap_err();
         assert!(e.message.contains("binary"));
+    }
+
+    #[test]
+    fn options_postgres_refuses_are_refused_with_its_sqlstates() {
+        let refused = |opts: &[CopyOption]| CopyFormat::from_options(opts, &[]).unwrap_err();
+        let csv = || CopyOption::Format(ast::Ident::new("csv"));
+        for (opts, code, message) in [
+            (vec![CopyOption::Delimiter('\n')], "22023", "newline"),
+            (vec![CopyOption::Delimiter('é')], "0A000", "one-byte"),
+            (vec![CopyOption::Delimiter('a')], "22023", "cannot be \"a\""),
+            (
+                vec![CopyOption::Quote('"')],
+                "0A000",
+                "quote available only in CSV mode",
+            ),
+            (
+                vec![CopyOption::Escape('"')],
+                "0A000",
+                "escape available only in CSV mode",
+            ),
+            (vec![csv(), CopyOption::Quote('é')], "0A000", "one-byte"),
+            (
+                vec![csv(), CopyOption::Quote(',')],
+                "22023",
+                "must be different",
+            ),
+            (vec![csv(), CopyOption::Quote('\n')], "22023", "newline"),
+            (
+                vec![csv(), CopyOption::Null("a,b".into())],
+                "0A000",
+                "delimiter must not appear",
+            ),
+            (
+                vec![csv(), CopyOption::Null("x\"".into())],
+                "0A000",
+                "quote character must not",
+            ),
+            (
+                vec![CopyOption::Null("x\ny".into())],
+                "22023",
+                "null representation",
+            ),
+        ] {
+            let e = refused(&opts);
+            assert_eq!(e.code, code, "{opts:?}: {}", e.message);
+            assert!(e.message.contains(message), "{opts:?}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn csv_escapes_inside_quotes_and_a_lone_end_marker_round_trip() {
+        let fmt = CopyFormat::from_options(
+            &[
+                CopyOption::Format(ast::Ident::new("csv")),
+                CopyOption::Escape('\\'),
+            ],
+            &[],
+        )
+        .unwrap();
+        // An escaped quote does not end the quotes (the newline after it
+        // is inside the field), and an escaped escape is one backslash.
+        let mut p = Parser::new(fmt.clone());
+        p.feed(b"\"a\\\"b\nc\",\"d\\\\\"\n");
+        assert_eq!(all(&mut p), vec![(1, vec![s("a\"b\nc"), s("d\\")])]);
+        // A row holding only `\.` is written quoted, or it would read back
+        // as the end of the data.
+        let mut out = String::new();
+        fmt.encode_row(&[Some("\\.")], &mut out);
+        fmt.encode_row(&[Some("after")], &mut out);
+        let mut p = Parser::new(fmt);
+        p.feed(out.as_bytes());
+        assert_eq!(
+            all(&mut p),
+            vec![(1, vec![s("\\.")]), (2, vec![s("after")])]
+        );
     }
 
     #[test]

@@ -18,13 +18,18 @@
 //!   required (no plaintext fallback).
 //! - [`copy`] — COPY FROM STDIN / TO STDOUT in text and CSV.
 //! - [`analytics`] — DataFusion for what the native path does not run,
-//!   `pg_catalog`, `information_schema` and the `tablegate` system views.
+//!   `pg_catalog`, `information_schema` and the `tablegate` system views
+//!   (a default feature; built without it, engine routes answer 0A000).
 //! - [`telemetry`] — statement counters per query class, `tracing` spans,
 //!   `metrics` for the Prometheus endpoint.
 //! - [`encode`] — Arrow record batches to DataRows (text and binary).
 //! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
 
 pub mod admission;
+#[cfg(feature = "analytics")]
+pub mod analytics;
+#[cfg(not(feature = "analytics"))]
+#[path = "analytics_off.rs"]
 pub mod analytics;
 pub mod auth;
 pub mod cancel;

@@ -246,8 +246,9 @@ async fn serve_connection(
         return Ok(());
     }
     let trusted = handlers.trusts().then_some(limits.max_message_bytes);
-    let mut io = FramedParts::new(ConnIo::new(parts.io, &parts.read_buf, trusted), parts.codec);
-    io.read_buf = parts.read_buf;
+    let mut read_buf = parts.read_buf;
+    let mut io = FramedParts::new(ConnIo::new(parts.io, &mut read_buf, trusted), parts.codec);
+    io.read_buf = read_buf;
     io.write_buf = parts.write_buf;
     let mut socket = Framed::from_parts(io);
     socket.set_backpressure_boundary(WRITE_BOUNDARY);
@@ -282,10 +283,11 @@ async fn serve_connection(
         // told why, as PostgreSQL tells it.
         let msg = match msg {
             Some(Ok(msg)) => Some(msg),
-            // A length over the limit: say so before closing.
+            // A message the frame guard refused (too long, malformed):
+            // say so before closing.
             Some(Err(e)) => {
-                if let Some(too_large) = crate::conn_io::too_large(&e) {
-                    let _ = socket.send(fatal(too_large)).await;
+                if let Some(refused) = crate::conn_io::refusal(&e) {
+                    let _ = socket.send(fatal(refused)).await;
                 }
                 None
             }
@@ -342,9 +344,9 @@ async fn serve_connection(
             socket.get_mut().make_blocking(sockets)?;
         }
         // The frame guard follows the boundary pgwire decoded to.
-        let buffered = std::mem::take(socket.read_buffer_mut());
+        let mut buffered = std::mem::take(socket.read_buffer_mut());
         let untyped = matches!(socket.state(), PgWireConnectionState::AwaitingStartup);
-        socket.get_mut().resync(&buffered, untyped);
+        socket.get_mut().resync(&mut buffered, untyped);
         *socket.read_buffer_mut() = buffered;
     }
     Ok(())

@@ -256,6 +256,7 @@ impl From<&PlanError> for PgError {
     }
 }
 
+#[cfg(feature = "analytics")]
 impl From<&datafusion::common::DataFusionError> for PgError {
     fn from(e: &datafusion::common::DataFusionError) -> Self {
         use datafusion::common::DataFusionError as D;

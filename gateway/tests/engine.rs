@@ -1,3 +1,4 @@
+#![cfg(feature = "analytics")]
 //! The analytics engine over an in-memory store: EXPLAIN of DataFusion
 //! plans shows the store scans with their pushed key spans (golden file:
 //! `tests/golden/engine_explain.out`; regenerate with

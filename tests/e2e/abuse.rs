@@ -236,6 +236,82 @@ fn bind_with_wrong_format_code_counts_is_a_protocol_error() {
     assert!(text.contains("still_here"), "the session goes on: {text:?}");
 }
 
+/// Messages whose bodies lie about their own layout (a count or length
+/// past the end, bytes after the last field, an unknown type or subtype)
+/// end the session with FATAL 08P01 "invalid message format", as in
+/// PostgreSQL: what came before is answered, nothing after (pgwire's
+/// decoders would read past them, or panic the connection's thread).
+#[test]
+fn messages_that_lie_about_their_layout_end_the_session_with_08p01() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("Parse without its counts", msg(b'P', b"\0")),
+        (
+            "Parse with more types than bytes",
+            msg(b'P', b"\0SELECT 1\0\0\x05\0\0\0\x17"),
+        ),
+        (
+            "Bind with a value past the end",
+            msg(b'B', b"\0\0\0\0\0\x01\0\0\x10\0ab\0\0"),
+        ),
+        (
+            "Bind with a negative length",
+            msg(b'B', b"\0\0\0\0\0\x01\xff\xff\xff\xf0\0\0"),
+        ),
+        ("Describe of an unknown kind", msg(b'D', b"Q\0")),
+        ("Close without a name", msg(b'C', b"S")),
+        ("Execute without its row count", msg(b'E', b"\0")),
+        (
+            "Query with bytes after its text",
+            msg(b'Q', b"SELECT 1\0SELECT 2\0"),
+        ),
+        ("Sync with a body", msg(b'S', b"x")),
+        ("an unknown message type", msg(b'Y', b"")),
+        ("a length shorter than itself", vec![b'Q', 0, 0, 0, 2]),
+    ];
+    for (what, bad) in cases {
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let out = [
+            startup(),
+            msg(b'Q', b"SELECT 1 AS before_it\0"),
+            bad,
+            msg(b'Q', b"SELECT 1 AS after_it\0"),
+        ]
+        .concat();
+        c.write_all(&out).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("{what}: the session did not end: {e}"),
+            }
+        }
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.contains("before_it"), "{what}: {text:?}");
+        assert!(
+            text.contains("FATAL") && text.contains("08P01"),
+            "{what}: {text:?}"
+        );
+        assert!(!text.contains("after_it"), "{what}: {text:?}");
+    }
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(&[startup(), msg(b'Q', b"SELECT 1 AS fine\0")].concat())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("fine") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "a fresh session was closed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let mut s = s;
+    assert!(s.child.try_wait().unwrap().is_none(), "the server exited");
+}
+
 /// The tags of the backend messages in `bytes`, after the startup's
 /// (everything up to its first ReadyForQuery).
 fn tags_after_startup(bytes: &[u8]) -> Vec<u8> {

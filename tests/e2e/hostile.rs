@@ -329,15 +329,18 @@ fn oversized_messages_are_refused_before_they_are_buffered() {
     let got = exchange(&[(1u32 << 30).to_be_bytes(), 196_608u32.to_be_bytes()].concat());
     assert!(got.contains("54000"), "{got:?}");
     // A startup packet that declares 10,000 bytes but ends its parameters
-    // early: pgwire decodes the rest as the next message, here a Query
-    // claiming 1 GiB. The guard follows pgwire's boundary and refuses it.
+    // early (pgwire would decode the rest as the next message, here a
+    // Query claiming 1 GiB): refused before pgwire reads it.
     let mut packet = startup();
     packet[..4].copy_from_slice(&10_000u32.to_be_bytes());
     packet.push(b'Q');
     packet.extend_from_slice(&0x3fff_fff0u32.to_be_bytes());
     packet.resize(10_000, b'x');
     let got = exchange(&packet);
-    assert!(got.contains("54000"), "{got:?}");
+    assert!(
+        got.contains("08P01") && got.contains("startup packet layout"),
+        "{got:?}"
+    );
     // After authentication: a Query claiming 1 GiB, then one of 2 MiB
     // over the 1 MiB limit; neither body is sent.
     for len in [0x3fff_fff0u32, 2 << 20] {

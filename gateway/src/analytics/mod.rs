@@ -47,6 +47,9 @@ use tablegate_store::Value;
 
 use provider::{SharedOptions, StoreSchema};
 
+/// What the engine's calls fail with.
+pub type EngineError = DataFusionError;
+
 /// The catalog (database) name DataFusion and pg_catalog report.
 pub const DATABASE: &str = "tablegate";
 
