@@ -45,6 +45,8 @@ pub struct Estimate {
     pub min_time: Duration,
     /// Entities in the largest partition touched.
     pub largest_partition: u64,
+    /// Entities read from the partition read most.
+    pub largest_scanned: u64,
     /// The backend keeps no statistics (a remote table service): the
     /// counts above are zero and EXPLAIN prints "unknown".
     pub unknown: bool,
@@ -145,6 +147,7 @@ pub fn estimate(store: &Backend, b: &BoundSelect, page_size: usize) -> Result<Es
         est.scanned = e.scanned;
         est.partitions = e.partitions;
         est.largest_partition = e.largest_partition;
+        est.largest_scanned = e.largest_scanned;
         est.requests = access.spans.len() as u64;
         est.returned = (e.scanned as f64 * sel).round() as u64;
         for s in &access.spans {
@@ -169,6 +172,7 @@ pub fn estimate(store: &Backend, b: &BoundSelect, page_size: usize) -> Result<Es
             est.returned += returned;
             est.partitions += e.partitions;
             est.largest_partition = est.largest_partition.max(e.largest_partition);
+            est.largest_scanned = est.largest_scanned.max(e.largest_scanned);
             est.pages += returned.div_ceil(page_size as u64).max(1);
             est.servers.insert(seg.server);
             est.range_partitions += layout
@@ -206,10 +210,16 @@ fn min_time(est: &Estimate, class: AccessClass, t: &Targets) -> Duration {
         AccessClass::Point | AccessClass::RowRange if est.partitions <= 1 => {
             est.scanned.max(est.requests) as f64 / t.per_partition as f64
         }
+        // Spread over servers, but never faster than the busiest partition
+        // at its own target.
         _ => {
             let per_server =
                 est.scanned as f64 / est.servers.len().max(1) as f64 / t.per_server as f64;
-            (est.scanned as f64 / t.per_account as f64).max(per_server)
+            let per_partition =
+                est.largest_scanned.min(est.scanned) as f64 / t.per_partition as f64;
+            (est.scanned as f64 / t.per_account as f64)
+                .max(per_server)
+                .max(per_partition)
         }
     };
     Duration::from_secs_f64(secs)

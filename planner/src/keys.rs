@@ -410,6 +410,14 @@ pub fn nnf(e: &BExpr, negate: bool) -> BExpr {
             }
             BExpr::Cmp(a.clone(), if negate { neg_op(*op) } else { *op }, b.clone())
         }
+        // A NULL element: spell the comparison out so each element's
+        // comparison folds by itself (`(a, b) > ('x', NULL)` is true
+        // exactly where a > 'x').
+        BExpr::RowCmp { left, op, right }
+            if left.iter().chain(right).any(|x| matches!(x, BExpr::Null)) =>
+        {
+            nnf(&row_expanded(left, *op, right), negate)
+        }
         BExpr::RowCmp { left, op, right } if negate => BExpr::RowCmp {
             left: left.clone(),
             op: neg_op(*op),
@@ -486,6 +494,36 @@ pub fn nnf(e: &BExpr, negate: bool) -> BExpr {
         },
         other if negate => BExpr::Not(Box::new(other.clone())),
         other => other.clone(),
+    }
+}
+
+/// `(a, b) op (x, y)` as comparisons of its elements, lexicographically:
+/// `=` is `a = x AND b = y`, `<>` its negation, `>` is
+/// `a > x OR (a = x AND b > y)`, `>=` the same with `b >= y` last.
+fn row_expanded(left: &[BExpr], op: CmpOp, right: &[BExpr]) -> BExpr {
+    let cmp = |i: usize, op| BExpr::Cmp(Box::new(left[i].clone()), op, Box::new(right[i].clone()));
+    let eq_prefix = |n: usize| (0..n).map(|i| cmp(i, CmpOp::Eq)).collect::<Vec<_>>();
+    let n = left.len().min(right.len());
+    match op {
+        CmpOp::Eq => BExpr::And(eq_prefix(n)),
+        CmpOp::Ne => BExpr::Not(Box::new(BExpr::And(eq_prefix(n)))),
+        _ => {
+            let (strict, last) = match op {
+                CmpOp::Lt => (CmpOp::Lt, CmpOp::Lt),
+                CmpOp::Le => (CmpOp::Lt, CmpOp::Le),
+                CmpOp::Gt => (CmpOp::Gt, CmpOp::Gt),
+                _ => (CmpOp::Gt, CmpOp::Ge),
+            };
+            BExpr::Or(
+                (0..n)
+                    .map(|i| {
+                        let mut conj = eq_prefix(i);
+                        conj.push(cmp(i, if i + 1 == n { last } else { strict }));
+                        BExpr::And(conj)
+                    })
+                    .collect(),
+            )
+        }
     }
 }
 
@@ -594,6 +632,21 @@ fn derive_node(e: &BExpr) -> (KeySet, bool) {
             ),
             _ => (KeySet::all(), false),
         },
+        // `k NOT IN (a, b)` is `k <> a AND k <> b` (keys are never NULL).
+        BExpr::InList {
+            expr,
+            list,
+            negated: true,
+        } => match key_role(expr) {
+            Some(role) if list.iter().all(|x| lit_str(x).is_some()) => {
+                let set = list.iter().fold(KeySet::all(), |set, x| {
+                    let v = lit_str(x).expect("checked");
+                    set.and(&KeySet::on(role, interval_for(CmpOp::Ne, v)))
+                });
+                (set, true)
+            }
+            _ => (KeySet::all(), false),
+        },
         BExpr::Between {
             expr,
             low,
@@ -699,10 +752,16 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
         BExpr::And(v) => Filter::And(v.iter().map(to_filter).collect::<Option<_>>()?),
         BExpr::Or(v) => Filter::Or(v.iter().map(to_filter).collect::<Option<_>>()?),
         BExpr::Not(x) => Filter::Not(Box::new(to_filter(x)?)),
-        BExpr::Cmp(a, op, b) => {
-            let (field, value) = field_value(a, b)?;
-            in_column_type(a, field, *op, value)
-        }
+        BExpr::Cmp(a, op, b) => match (malformed_etag(a, b), op) {
+            // No row's ETag is a malformed one (and none is NULL).
+            (true, CmpOp::Eq) => Filter::False,
+            (true, CmpOp::Ne) => Filter::True,
+            (true, _) => return None,
+            (false, _) => {
+                let (field, value) = field_value(a, b)?;
+                in_column_type(a, field, *op, value)
+            }
+        },
         BExpr::InList {
             expr,
             list,
@@ -711,6 +770,9 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
             let field = field_of(expr)?;
             let mut values = Vec::with_capacity(list.len());
             for x in list {
+                if malformed_etag(expr, x) {
+                    continue;
+                }
                 let (f, v) = field_value(expr, x)?;
                 // Values no row of the column's type can equal drop out.
                 if let Filter::Compare {
@@ -779,46 +841,8 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
                 f
             }
         }
-        BExpr::RowCmp { left, op, right } => row_filter(left, *op, right)?,
+        BExpr::RowCmp { left, op, right } => to_filter(&row_expanded(left, *op, right))?,
         _ => return None,
-    })
-}
-
-/// Lexicographic row comparison as a filter: `(a, b) > (x, y)` is
-/// `a > x OR (a = x AND b > y)`.
-fn row_filter(left: &[BExpr], op: CmpOp, right: &[BExpr]) -> Option<Filter> {
-    let pairs: Vec<(Field, Value)> = left
-        .iter()
-        .zip(right)
-        .map(|(l, r)| field_value(l, r))
-        .collect::<Option<_>>()?;
-    let cmp = |i: usize, op| Filter::Compare {
-        field: pairs[i].0.clone(),
-        op,
-        value: pairs[i].1.clone(),
-    };
-    let eq_prefix = |n: usize| (0..n).map(|i| cmp(i, CmpOp::Eq)).collect::<Vec<_>>();
-    Some(match op {
-        CmpOp::Eq => Filter::And(eq_prefix(pairs.len())),
-        CmpOp::Ne => Filter::Not(Box::new(Filter::And(eq_prefix(pairs.len())))),
-        _ => {
-            let (strict, last) = match op {
-                CmpOp::Lt => (CmpOp::Lt, CmpOp::Lt),
-                CmpOp::Le => (CmpOp::Lt, CmpOp::Le),
-                CmpOp::Gt => (CmpOp::Gt, CmpOp::Gt),
-                _ => (CmpOp::Gt, CmpOp::Ge),
-            };
-            let n = pairs.len();
-            Filter::Or(
-                (0..n)
-                    .map(|i| {
-                        let mut conj = eq_prefix(i);
-                        conj.push(cmp(i, if i + 1 == n { last } else { strict }));
-                        Filter::And(conj)
-                    })
-                    .collect(),
-            )
-        }
     })
 }
 
@@ -924,6 +948,16 @@ fn field_value(col: &BExpr, lit: &BExpr) -> Option<(Field, Value)> {
         }
         _ => Some((field, value)),
     }
+}
+
+/// `etag` against a text that is not an ETag the store gives out: it
+/// equals no row's.
+fn malformed_etag(col: &BExpr, lit: &BExpr) -> bool {
+    matches!(
+        (col, lit),
+        (BExpr::Column(c), BExpr::Lit(Value::String(tag)))
+            if c.role == Role::ETag && etag_timestamp(tag).is_none()
+    )
 }
 
 /// The Timestamp inside an ETag `W/"datetime'…'"`.

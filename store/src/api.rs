@@ -41,6 +41,9 @@ pub struct ScanEstimate {
     pub partitions: u64,
     /// Entities in the largest partition it touches.
     pub largest_partition: u64,
+    /// Entities it would read from the one partition it reads most from
+    /// (what the per-partition target bounds).
+    pub largest_scanned: u64,
 }
 
 /// Entity count of one partition.

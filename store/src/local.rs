@@ -226,6 +226,11 @@ impl LocalStore {
     ) -> Result<ScanEstimate> {
         let t = self.inner.table(table)?;
         let mut est = ScanEstimate::default();
+        // The ranges are sorted and disjoint, so a partition several of
+        // them cross (two RowKey ranges of one PartitionKey) comes up in
+        // consecutive ones: it counts once.
+        let mut last_pk: Option<String> = None;
+        let mut last_scanned = 0u64;
         for (start, end) in query.byte_ranges(t.id) {
             // Partitions intersecting [start, end), from the stats keyspace.
             let pk_of = |k: &[u8]| -> Vec<u8> {
@@ -257,20 +262,40 @@ impl LocalStore {
                     count
                 } else {
                     // Partly covered: count keys in the overlap, bounded.
-                    let from = start.clone().max(p_start);
-                    let to = end.clone().min(p_end);
-                    let n = self
-                        .inner
-                        .engine
-                        .scan(Space::Entities, Bound::Included(from), Bound::Excluded(to))
-                        .take(probe_cap as usize)
-                        .count() as u64;
-                    if n >= probe_cap { count.max(n) } else { n }
+                    let from = start.clone().max(p_start.clone());
+                    let to = end.clone().min(p_end.clone());
+                    let keys = |lo: Vec<u8>, hi: Vec<u8>| {
+                        self.inner
+                            .engine
+                            .scan(Space::Entities, Bound::Included(lo), Bound::Excluded(hi))
+                            .take(probe_cap as usize)
+                            .count() as u64
+                    };
+                    let n = keys(from.clone(), to.clone());
+                    if n < probe_cap {
+                        n
+                    } else {
+                        // At least the cap; at most what the keys before
+                        // and after the overlap (also counted up to the
+                        // cap) leave of the partition. The middle is
+                        // within 2x of the truth when either bound is
+                        // close to it.
+                        let outside = keys(p_start, from) + keys(to, p_end);
+                        let upper = count.saturating_sub(outside).max(n);
+                        n + (upper - n) / 2
+                    }
                 };
                 if covered > 0 {
-                    est.partitions += 1;
                     est.scanned += covered;
                     est.largest_partition = est.largest_partition.max(count);
+                    if last_pk.as_deref() == Some(pk) {
+                        last_scanned += covered;
+                    } else {
+                        est.partitions += 1;
+                        last_pk = Some(pk.to_owned());
+                        last_scanned = covered;
+                    }
+                    est.largest_scanned = est.largest_scanned.max(last_scanned);
                 }
             }
         }

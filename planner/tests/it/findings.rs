@@ -1,8 +1,9 @@
 //! Planner bugs found while reviewing the golden files and writing the
 //! differential and estimate tests. Each test states the correct behaviour
-//! (PostgreSQL semantics, SPEC §3 and §5) and fails until its bug is fixed;
-//! the queries are kept out of the golden files so that no wrong output is
-//! blessed there.
+//! (PostgreSQL semantics, SPEC §3 and §5); all eight are fixed and the
+//! tests stay as their regression tests. A new finding goes here first,
+//! `#[ignore]`d with its number, so no wrong output is blessed in a golden
+//! file.
 
 use arrow_array::cast::AsArray;
 use tablegate_planner::{ExecOptions, Plan, Planner, Result};
@@ -104,7 +105,6 @@ async fn limit_over_several_segments_returns_the_first_rows() {
 /// TRUE exactly where `race > 'X'` (a partition-range), and
 /// `(race, runner) = ('X', NULL)` is never TRUE (empty).
 #[tokio::test]
-#[ignore = "known bug 3: a row value with a NULL element leaves the native path"]
 async fn row_comparison_with_a_null_element_runs_natively() {
     let p = fixture::planner().await;
     let opts = fixture::opts();
@@ -142,7 +142,6 @@ async fn row_comparison_with_a_null_element_runs_natively() {
 /// residual is "not pushable" and the query fails with "needs the analytics
 /// engine" (EXPLAIN: `Route: native`, residual not pushable).
 #[tokio::test]
-#[ignore = "known bug 4: a malformed etag literal leaves the native path"]
 async fn a_malformed_etag_literal_matches_no_row() {
     let p = fixture::planner().await;
     let opts = fixture::opts();
@@ -173,7 +172,6 @@ async fn a_malformed_etag_literal_matches_no_row() {
 /// t05_keys_nulls_onekey.out (`runner IN (… duplicates …)`,
 /// `(race, runner) <> (…)`: partitions 7 of a 6-partition table).
 #[tokio::test]
-#[ignore = "known bug 5: EXPLAIN counts a partition once per key box"]
 async fn estimated_partitions_count_each_partition_key_once() {
     let p = fixture::planner().await;
     let v = plan_json(
@@ -212,7 +210,6 @@ async fn estimated_partitions_count_each_partition_key_once() {
 /// partitions (200 µs) against one lookup (500 µs). This shows in the
 /// golden files on every partition-range and full-scan access.
 #[tokio::test]
-#[ignore = "known bug 6: minimum time ignores the per-partition target across partitions"]
 async fn minimum_time_respects_the_partition_target_across_partitions() {
     let p = fixture::planner().await;
     let one = plan_json(
@@ -253,7 +250,6 @@ async fn minimum_time_respects_the_partition_target_across_partitions() {
 /// `NOT (race IN ('x'))` — the same predicate — are a full scan with the
 /// whole list as residual (t01_predicates.out blesses this today).
 #[tokio::test]
-#[ignore = "known bug 7: NOT IN on the PartitionKey is a full scan"]
 async fn not_in_on_the_partition_key_gives_key_spans() {
     let p = fixture::planner().await;
     let ne = plan_json(
@@ -281,7 +277,6 @@ async fn not_in_on_the_partition_key_gives_key_spans() {
 /// 5,000 entities. (The cap lives in `PartitionedStore::estimate_blocking`;
 /// the fallback in `LocalStore::estimate_blocking`.)
 #[tokio::test]
-#[ignore = "known bug 8: partly covered partitions over 10,000 rows are estimated whole"]
 async fn estimate_of_a_partly_covered_huge_partition_is_within_2x() {
     let (p, store) = fixture::empty_planner().await;
     fixture::run(
