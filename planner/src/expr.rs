@@ -494,6 +494,33 @@ impl<'a> Binder<'a> {
                 Operand::Null => BExpr::Bool(matches!(e, Expr::IsNull(_))),
                 _ => BExpr::Opaque(e.to_string()),
             },
+            // `(a, b) IN ((x, y), …)` is `(a, b) = (x, y) OR …`, so a row
+            // IN over the keys is a set of point lookups.
+            Expr::InList {
+                expr,
+                list,
+                negated,
+            } if matches!(strip(expr), Expr::Tuple(_)) => {
+                if !list
+                    .iter()
+                    .all(|item| matches!(strip(item), Expr::Tuple(_)))
+                {
+                    return Ok(BExpr::Opaque(e.to_string()));
+                }
+                let mut rows = Vec::with_capacity(list.len());
+                for item in list {
+                    match self.comparison(expr, CmpOp::Eq, item, e)? {
+                        BExpr::Opaque(_) => return Ok(BExpr::Opaque(e.to_string())),
+                        row => rows.push(row),
+                    }
+                }
+                let any = BExpr::Or(rows);
+                if *negated {
+                    BExpr::Not(Box::new(any))
+                } else {
+                    any
+                }
+            }
             Expr::InList {
                 expr,
                 list,

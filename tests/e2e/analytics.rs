@@ -103,6 +103,15 @@ const QUERIES: &[&str] = &[
     "SELECT CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'mid' ELSE 'old' END AS band, count(*) FROM runners GROUP BY 1",
     "SELECT round(avg(score)::numeric, 2) FROM runners",
     "SELECT abs(age - 50), count(*) FROM runners WHERE race = 'nyc' GROUP BY abs(age - 50)",
+    // row values over the keys (native point lookups and spans) and NULLs in them
+    "SELECT race, runner, age FROM runners WHERE (race, runner) IN (('nyc', 'BIB:0007'), ('oslo', 'BIB:0299'), ('nyc', 'BIB:9999'))",
+    "SELECT count(*) FROM runners WHERE (race, runner) NOT IN (('nyc', 'BIB:0007'), ('oslo', 'BIB:0299'))",
+    "SELECT race, runner FROM runners WHERE (race, runner) IN (('nyc', 'BIB:0007'), ('boston', NULL))",
+    "SELECT count(*) FROM runners WHERE (race, runner) NOT IN (('nyc', 'BIB:0007'), ('boston', NULL))",
+    "SELECT race, runner FROM runners WHERE (race, age) IN (('nyc', 33), ('berlin', 70))",
+    "SELECT count(*) FROM runners WHERE (race, runner) > ('nyc', NULL)",
+    "SELECT count(*) FROM runners WHERE (race, runner) = ('nyc', NULL)",
+    "SELECT count(*) FROM runners WHERE race NOT IN ('nyc', 'oslo') AND runner < 'BIB:0100'",
 ];
 
 /// The data: a small PRNG, the same rows in both databases.

@@ -17,8 +17,8 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, Function, FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart,
-    Statement, VisitMut, VisitorMut, visit_relations,
+    BinaryOperator, Expr, Function, FunctionArgumentList, FunctionArguments, Ident, ObjectName,
+    ObjectNamePart, Statement, UnaryOperator, VisitMut, VisitorMut, visit_relations,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -37,7 +37,7 @@ pub struct SqlDialect {
     /// with a `t.*` table's name even when another table's `name` was
     /// meant), and with [`SpecialNames`] for its `current_user` to
     /// `session_user` renaming (which made `SELECT current_user,
-    /// session_user` two columns of one name).
+    /// session_user` two columns of one name), and [`RowValues`].
     rules: Vec<Arc<dyn SqlStatementRewriteRule>>,
     catalog: PostgresCompatibilityParser,
 }
@@ -58,6 +58,7 @@ impl SqlDialect {
                 Arc::new(StripCallableQualifier),
                 Arc::new(FixArrayLiteral),
                 Arc::new(SpecialNames),
+                Arc::new(RowValues),
                 Arc::new(StripCollate),
                 Arc::new(RewritePgCatalogOperator),
                 Arc::new(RewriteRegCastToSubquery::new()),
@@ -118,6 +119,136 @@ impl VisitorMut for SpecialNames {
             *e = empty_call("current_database");
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// Row values compared element by element, as PostgreSQL defines them:
+/// `(a, b) IN ((x, y), …)` is `(a = x AND b = y) OR …`, and
+/// `(a, b) > (x, y)` is `a > x OR (a = x AND b > y)`. DataFusion compares
+/// them as structs, where a NULL element equals a NULL element: a row
+/// `NOT IN` list holding `('boston', NULL)` kept boston's rows, which
+/// PostgreSQL leaves out (the comparison is unknown).
+#[derive(Debug)]
+struct RowValues;
+
+impl SqlStatementRewriteRule for RowValues {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = s.visit(&mut RowValues);
+        s
+    }
+}
+
+impl VisitorMut for RowValues {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        let row = |e: &Expr| match e {
+            Expr::Tuple(v) => Some(v.clone()),
+            Expr::Nested(inner) => match &**inner {
+                Expr::Tuple(v) => Some(v.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let expanded = match &*e {
+            Expr::InList {
+                expr,
+                list,
+                negated,
+            } => {
+                let Some(left) = row(expr) else {
+                    return ControlFlow::Continue(());
+                };
+                let Some(rows) = list
+                    .iter()
+                    .map(|item| row(item).filter(|r| r.len() == left.len()))
+                    .collect::<Option<Vec<_>>>()
+                else {
+                    return ControlFlow::Continue(());
+                };
+                let any = rows
+                    .iter()
+                    .map(|r| row_comparison(&left, &BinaryOperator::Eq, r))
+                    .reduce(|a, b| binary(a, BinaryOperator::Or, b));
+                match (any, negated) {
+                    (Some(any), true) => Expr::UnaryOp {
+                        op: UnaryOperator::Not,
+                        expr: Box::new(nested(any)),
+                    },
+                    (Some(any), false) => any,
+                    (None, _) => return ControlFlow::Continue(()),
+                }
+            }
+            Expr::BinaryOp { left, op, right } => match (row(left), row(right)) {
+                (Some(l), Some(r)) if l.len() == r.len() && !l.is_empty() => match op {
+                    BinaryOperator::Eq
+                    | BinaryOperator::NotEq
+                    | BinaryOperator::Lt
+                    | BinaryOperator::LtEq
+                    | BinaryOperator::Gt
+                    | BinaryOperator::GtEq => row_comparison(&l, op, &r),
+                    _ => return ControlFlow::Continue(()),
+                },
+                _ => return ControlFlow::Continue(()),
+            },
+            _ => return ControlFlow::Continue(()),
+        };
+        *e = nested(expanded);
+        ControlFlow::Continue(())
+    }
+}
+
+/// `(l…) op (r…)` element by element (equal, non-empty lengths).
+fn row_comparison(l: &[Expr], op: &BinaryOperator, r: &[Expr]) -> Expr {
+    let cmp = |i: usize, op: BinaryOperator| binary(l[i].clone(), op, r[i].clone());
+    let all = |parts: Vec<Expr>| {
+        parts
+            .into_iter()
+            .reduce(|a, b| binary(a, BinaryOperator::And, b))
+    };
+    let equal = |n: usize| all((0..n).map(|i| cmp(i, BinaryOperator::Eq)).collect());
+    let n = l.len();
+    match op {
+        BinaryOperator::Eq => nested(equal(n).expect("non-empty")),
+        BinaryOperator::NotEq => Expr::UnaryOp {
+            op: UnaryOperator::Not,
+            expr: Box::new(nested(equal(n).expect("non-empty"))),
+        },
+        _ => {
+            let strict = match op {
+                BinaryOperator::Lt | BinaryOperator::LtEq => BinaryOperator::Lt,
+                _ => BinaryOperator::Gt,
+            };
+            (0..n)
+                .map(|i| {
+                    let last = if i + 1 == n {
+                        op.clone()
+                    } else {
+                        strict.clone()
+                    };
+                    let mut parts: Vec<Expr> = (0..i).map(|j| cmp(j, BinaryOperator::Eq)).collect();
+                    parts.push(cmp(i, last));
+                    nested(all(parts).expect("non-empty"))
+                })
+                .reduce(|a, b| binary(a, BinaryOperator::Or, b))
+                .map(nested)
+                .expect("non-empty")
+        }
+    }
+}
+
+fn binary(left: Expr, op: BinaryOperator, right: Expr) -> Expr {
+    Expr::BinaryOp {
+        left: Box::new(left),
+        op,
+        right: Box::new(right),
+    }
+}
+
+fn nested(e: Expr) -> Expr {
+    match e {
+        Expr::Nested(_) => e,
+        e => Expr::Nested(Box::new(e)),
     }
 }
 
@@ -191,6 +322,25 @@ mod tests {
             one("SELECT current_user, session_user, current_schema, current_catalog"),
             "SELECT current_user, session_user, current_schema(), current_database()"
         );
+    }
+
+    #[test]
+    fn row_values_are_compared_element_by_element() {
+        assert_eq!(
+            one("SELECT 1 FROM t WHERE (a, b) NOT IN ((1, 2), (3, NULL))"),
+            "SELECT 1 FROM t WHERE (NOT ((a = 1 AND b = 2) OR (a = 3 AND b = NULL)))"
+        );
+        assert_eq!(
+            one("SELECT 1 FROM t WHERE (a, b, c) >= (1, 2, 3)"),
+            "SELECT 1 FROM t WHERE ((a > 1) OR (a = 1 AND b > 2) OR (a = 1 AND b = 2 AND c >= 3))"
+        );
+        assert_eq!(
+            one("SELECT 1 FROM t WHERE (a, b) <> (1, 2)"),
+            "SELECT 1 FROM t WHERE (NOT (a = 1 AND b = 2))"
+        );
+        // Not rows of one length: left for DataFusion's error.
+        let sql = "SELECT 1 FROM t WHERE (a, b) IN ((1, 2, 3))";
+        assert_eq!(one(sql), sql);
     }
 
     #[test]

@@ -60,3 +60,6 @@ SELECT title FROM events WHERE id = 'ev003' AND capacity > 100;
 SELECT title FROM events WHERE id = 'ev001' AND id = 'ev002';
 SELECT title FROM events WHERE id BETWEEN 'ev005' AND 'ev007' ORDER BY id;
 SELECT * FROM events WHERE id IS NULL;
+-- A row IN over both keys: point lookups; NOT IN: the spans around them.
+SELECT name FROM registrations WHERE (race, runner) IN (('2026 NYC__Full', 'BIB:00003__Hiro'), ('2026 Berlin__Full', 'BIB:00001__Ada'));
+SELECT name FROM registrations WHERE (race, runner) NOT IN (('2026 NYC__Full', 'BIB:00003__Hiro'), ('2026 Berlin__Full', NULL));
