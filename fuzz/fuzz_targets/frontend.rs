@@ -133,6 +133,8 @@ fuzz_target!(|data: &[u8]| {
             Ok(n) if show => eprintln!("{:?}", String::from_utf8_lossy(&sink[..n])),
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            // libFuzzer's timer signal.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => panic!(
                 "the server did not end the session within {DEADLINE:?} ({:?}): {e}",
                 started.elapsed()
