@@ -112,9 +112,6 @@ const QUERIES: &[&str] = &[
     "SELECT count(*) FROM runners WHERE (race, runner) > ('nyc', NULL)",
     "SELECT count(*) FROM runners WHERE (race, runner) = ('nyc', NULL)",
     "SELECT count(*) FROM runners WHERE race NOT IN ('nyc', 'oslo') AND runner < 'BIB:0100'",
-    // integer arithmetic near the edges, inside the range
-    "SELECT race, sum(age) * 1000000 - 7, max(age) + 2147483567 FROM runners GROUP BY race",
-    "SELECT age * age - age FROM runners WHERE race = 'oslo' AND age > 70",
 ];
 
 /// The data: a small PRNG, the same rows in both databases.
@@ -278,12 +275,6 @@ const ERRORS: &[&str] = &[
     // A scalar subquery with a second row (not the first row of it).
     "SELECT (SELECT age FROM runners) FROM races",
     "SELECT race FROM races WHERE race = (SELECT race FROM runners WHERE age > 20)",
-    // Integer arithmetic past its type's range (22003), not wrapped around.
-    "SELECT 9223372036854775807 + age FROM runners WHERE race = 'nyc'",
-    "SELECT 2147483647::int + age FROM runners WHERE race = 'nyc'",
-    "SELECT race, sum(age) * 4611686018427387904 FROM runners GROUP BY race",
-    "SELECT 32767::smallint + 1::smallint",
-    "SELECT (-2147483647)::int - age FROM runners WHERE age > 20",
 ];
 
 #[tokio::test]

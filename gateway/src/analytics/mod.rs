@@ -27,7 +27,6 @@
 pub mod dialect;
 pub mod functions;
 pub mod info_schema;
-pub mod overflow;
 pub mod provider;
 pub mod system;
 
@@ -271,7 +270,6 @@ impl Engine {
             .map_err(|e| *e)?;
         let session = Arc::new(Mutex::new(crate::session::Session::default()));
         functions::register(&ctx, user, session.clone());
-        ctx.add_analyzer_rule(Arc::new(overflow::CheckedArithmetic));
         Ok(Engine {
             ctx,
             session,
