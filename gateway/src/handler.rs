@@ -56,6 +56,10 @@ use crate::session::{Session, version_string};
 use crate::sqlstate::PgError;
 use crate::telemetry::{StatementClass, StatementGuard};
 
+/// Rows one Execute message sends at most before PortalSuspended
+/// (pgwire reserves room for the count the client asks for).
+const MAX_ROWS_PER_EXECUTE: i32 = 100_000;
+
 /// A statement ready to run, shared by both protocols.
 #[derive(Debug, Clone)]
 pub enum Prepared {
@@ -2656,13 +2660,21 @@ impl ExtendedQueryHandler for ConnHandler {
 
     /// pgwire's Execute, then the session's transaction status
     /// ([`settle_status`]); the ReadyForQuery at Sync carries it.
-    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    async fn on_execute<C>(&self, client: &mut C, mut message: Execute) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Self::Statement>,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        // pgwire casts the row count to usize and reserves room for that
+        // many rows: a negative one (PostgreSQL: all rows) overflowed the
+        // capacity, a large one asked the allocator for gigabytes. Fewer
+        // rows then PortalSuspended is a valid answer to a large count.
+        message.max_rows = match message.max_rows {
+            n if n <= 0 => 0,
+            n => n.min(MAX_ROWS_PER_EXECUTE),
+        };
         let result = self._on_execute(client, message).await;
         let derived = if self
             .restored

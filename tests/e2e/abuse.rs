@@ -312,6 +312,45 @@ fn messages_that_lie_about_their_layout_end_the_session_with_08p01() {
     assert!(s.child.try_wait().unwrap().is_none(), "the server exited");
 }
 
+/// Execute's row count as PostgreSQL reads it: zero or negative is every
+/// row, a huge one is a limit, not an allocation (pgwire reserved room for
+/// that many rows: -1 overflowed the capacity and panicked the session,
+/// found by the `frontend` fuzz target).
+#[test]
+fn execute_row_counts_of_any_size_are_answered() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    for max_rows in [-1i32, i32::MIN, i32::MAX, 0, 2] {
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut execute = vec![0u8];
+        execute.extend_from_slice(&max_rows.to_be_bytes());
+        let out = [
+            startup(),
+            msg(b'P', b"\0SELECT runner FROM registrations\0\0\0"),
+            msg(b'B', b"\0\0\0\0\0\0\0\0"),
+            msg(b'E', &execute),
+            msg(b'S', &[]),
+            msg(b'Q', b"SELECT 1 AS still_here\0"),
+            msg(b'X', &[]),
+        ]
+        .concat();
+        c.write_all(&out).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("max_rows {max_rows}: {e}"),
+            }
+        }
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.contains("still_here"), "max_rows {max_rows}: {text:?}");
+        let suspended = tags_after_startup(&got).contains(&b's');
+        assert_eq!(suspended, max_rows == 2, "max_rows {max_rows}: {text:?}");
+    }
+}
+
 /// The tags of the backend messages in `bytes`, after the startup's
 /// (everything up to its first ReadyForQuery).
 fn tags_after_startup(bytes: &[u8]) -> Vec<u8> {
