@@ -280,15 +280,7 @@ fn messages_that_lie_about_their_layout_end_the_session_with_08p01() {
         ]
         .concat();
         c.write_all(&out).unwrap();
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match c.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-                Err(e) => panic!("{what}: the session did not end: {e}"),
-            }
-        }
+        let got = until_closed(&mut c, what);
         let text = String::from_utf8_lossy(&got);
         assert!(text.contains("before_it"), "{what}: {text:?}");
         assert!(
@@ -335,20 +327,22 @@ fn execute_row_counts_of_any_size_are_answered() {
         ]
         .concat();
         c.write_all(&out).unwrap();
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match c.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-                Err(e) => panic!("max_rows {max_rows}: {e}"),
-            }
-        }
+        let got = until_closed(&mut c, &format!("max_rows {max_rows}"));
         let text = String::from_utf8_lossy(&got);
         assert!(text.contains("still_here"), "max_rows {max_rows}: {text:?}");
         let suspended = tags_after_startup(&got).contains(&b's');
         assert_eq!(suspended, max_rows == 2, "max_rows {max_rows}: {text:?}");
     }
+}
+
+/// Everything the server sends until it closes the connection (within the
+/// socket's read timeout, or the test fails naming `what`).
+fn until_closed(c: &mut TcpStream, what: &str) -> Vec<u8> {
+    let mut got = Vec::new();
+    if let Err(e) = c.read_to_end(&mut got) {
+        panic!("{what}: the session did not end: {e}");
+    }
+    got
 }
 
 /// The tags of the backend messages in `bytes`, after the startup's
