@@ -75,6 +75,16 @@ pub enum CatalogError {
         /// The text (truncated).
         text: String,
     },
+    /// A key value with no stored key text (a time outside the EDM range).
+    #[error("{ty} value {value} of key column \"{column}\" is out of range for a key")]
+    InvalidKeyValue {
+        /// The key column.
+        column: String,
+        /// PostgreSQL type name.
+        ty: &'static str,
+        /// The value.
+        value: String,
+    },
     /// A stored definition that does not decode.
     #[error("corrupt catalog entry: {0}")]
     Corrupt(String),

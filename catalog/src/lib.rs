@@ -6,6 +6,8 @@
 //!   primary-key column) and RowKey column (second, or the empty string),
 //!   the read-only system columns `timestamp` and `etag`, and the mapping
 //!   between SQL rows and entities.
+//! - [`keycodec`] — the order-preserving text a typed key column (integer,
+//!   bigint, timestamp, uuid) is stored as in PartitionKey / RowKey.
 //! - [`catalog`] — [`Catalog`]: definitions persisted in the system table
 //!   `tgsys_catalog`, CREATE / DROP / ALTER ADD COLUMN.
 //!
@@ -14,6 +16,7 @@
 
 pub mod catalog;
 pub mod error;
+pub mod keycodec;
 pub mod table;
 pub mod types;
 

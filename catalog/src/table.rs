@@ -120,8 +120,7 @@ impl TableDef {
             }
             check_column_name(&c.name)?;
         }
-        let key_hint =
-            "declare PRIMARY KEY (partition_key_column [, row_key_column]) on TEXT columns";
+        let key_hint = "declare PRIMARY KEY (partition_key_column [, row_key_column])";
         let (pk, rk) = match primary_key {
             [] => {
                 return Err(CatalogError::InvalidKey {
@@ -153,14 +152,14 @@ impl TableDef {
                     column: key.clone(),
                 }
             })?;
-            if col.ty != SqlType::Text {
+            if !col.ty.key_capable() {
                 return Err(CatalogError::InvalidKey {
                     reason: format!(
-                        "key column \"{}\" is {}, but PartitionKey and RowKey are text",
+                        "key column \"{}\" is {}, which cannot be a PartitionKey or RowKey",
                         col.name,
                         col.ty.pg_name()
                     ),
-                    hint: "declare key columns as TEXT; zero-pad numbers (e.g. '000042') so they sort in numeric order",
+                    hint: "key columns are TEXT, INTEGER, BIGINT, TIMESTAMPTZ, TIMESTAMP or UUID",
                 });
             }
             col.not_null = true;
@@ -277,8 +276,8 @@ impl TableDef {
     /// writer of the same table may have used other types).
     pub fn value_of(&self, e: &Entity, col: &ColumnRef) -> Option<Value> {
         match col.role {
-            Role::PartitionKey => Some(Value::String(e.partition_key.clone())),
-            Role::RowKey => Some(Value::String(e.row_key.clone())),
+            Role::PartitionKey => col.ty.decode_key(&e.partition_key),
+            Role::RowKey => col.ty.decode_key(&e.row_key),
             Role::Timestamp => Some(Value::DateTime(e.timestamp)),
             Role::ETag => Some(Value::String(e.etag().0)),
             Role::Property => e
@@ -323,15 +322,30 @@ impl TableDef {
                 Role::PartitionKey | Role::RowKey => {
                     let text = match v {
                         Some(Value::String(s)) => s,
-                        Some(_) => unreachable!("type checked above"),
+                        Some(v) => {
+                            col.ty
+                                .encode_key(&v)
+                                .ok_or_else(|| CatalogError::InvalidKeyValue {
+                                    column: col.name.clone(),
+                                    ty: col.ty.pg_name(),
+                                    value: format!("{v:?}"),
+                                })?
+                        }
                         None => {
                             return Err(CatalogError::NullValue {
                                 table: self.name.clone(),
                                 column: col.name.clone(),
-                                hint: if col.role == Role::PartitionKey {
-                                    "it is the PartitionKey; every row needs one (the empty string is a valid key)"
-                                } else {
-                                    "it is the RowKey; every row needs one (the empty string is a valid key)"
+                                hint: match (col.role, col.ty) {
+                                    (Role::PartitionKey, SqlType::Text) => {
+                                        "it is the PartitionKey; every row needs one (the empty string is a valid key)"
+                                    }
+                                    (Role::PartitionKey, _) => {
+                                        "it is the PartitionKey; every row needs one"
+                                    }
+                                    (_, SqlType::Text) => {
+                                        "it is the RowKey; every row needs one (the empty string is a valid key)"
+                                    }
+                                    _ => "it is the RowKey; every row needs one",
                                 },
                             });
                         }
@@ -422,11 +436,13 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_text_and_at_most_two() {
+    fn keys_are_of_key_types_and_at_most_two() {
         let t = runners();
         assert_eq!(t.partition_key_column().role, Role::PartitionKey);
         assert_eq!(t.row_key_column().unwrap().role, Role::RowKey);
-        let err = TableDef::new("bad", vec![col("id", SqlType::Int4)], &["id".into()]).unwrap_err();
+        let t = TableDef::new("typed", vec![col("id", SqlType::Int4)], &["id".into()]).unwrap();
+        assert_eq!(t.partition_key_column().ty, SqlType::Int4);
+        let err = TableDef::new("bad", vec![col("d", SqlType::Float8)], &["d".into()]).unwrap_err();
         assert!(matches!(err, CatalogError::InvalidKey { .. }), "{err}");
         let err = TableDef::new(
             "bad",

@@ -202,6 +202,8 @@ pub fn parse_timestamp(t: &str, _with_zone: bool) -> Option<DateTime> {
         "%Y-%m-%d %H:%M:%S%.f%#z",
         "%Y-%m-%dT%H:%M:%S%.f%#z",
         "%Y-%m-%d %H:%M:%S%#z",
+        "%Y-%m-%d %H:%M%#z",
+        "%Y-%m-%dT%H:%M%#z",
     ] {
         if let Ok(d) = chrono::DateTime::parse_from_str(t, fmt) {
             return Some(DateTime(d.timestamp_micros()));
@@ -211,6 +213,7 @@ pub fn parse_timestamp(t: &str, _with_zone: bool) -> Option<DateTime> {
         "%Y-%m-%d %H:%M:%S%.f",
         "%Y-%m-%dT%H:%M:%S%.f",
         "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M",
     ] {
         if let Ok(d) = NaiveDateTime::parse_from_str(t, fmt) {
             return Some(DateTime(d.and_utc().timestamp_micros()));
@@ -285,6 +288,12 @@ mod tests {
                 .parse_text("2026-11-22 08:44:18.5+01")
                 .unwrap(),
             Value::DateTime(DateTime(1_795_333_458_500_000))
+        );
+        assert_eq!(
+            SqlType::Timestamptz
+                .parse_text("2026-11-22 08:44+01")
+                .unwrap(),
+            Value::DateTime(DateTime(1_795_333_440_000_000))
         );
         assert_eq!(
             SqlType::Timestamptz.parse_text("2026-11-22").unwrap(),

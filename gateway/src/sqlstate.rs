@@ -183,6 +183,8 @@ impl From<&CatalogError> for PgError {
             CatalogError::NullValue { hint, .. } => PgError::new("23502", m).hint(*hint),
             CatalogError::InvalidColumnName { .. } => PgError::new("42939", m),
             CatalogError::InvalidText { .. } => PgError::new("22P02", m),
+            CatalogError::InvalidKeyValue { .. } => PgError::new("22008", m)
+                .hint("a timestamp key lies between 1601-01-01 and 9999-12-31 UTC (the EDM range)"),
             CatalogError::Corrupt(_) => PgError::new("XX001", m),
             CatalogError::Store(s) => PgError::from(s),
         }

@@ -586,6 +586,19 @@ fn finish_batch(
     .map_err(|e| PlanError::InvalidValue(e.to_string()))
 }
 
+/// The value a typed key column's stored key holds (see
+/// `tablegate_catalog::keycodec`). Another client may have stored a key
+/// that is none: an error, not an invented value.
+fn typed_key(c: &tablegate_catalog::ColumnRef, key: &str) -> Result<Value> {
+    c.ty.decode_key(key).ok_or_else(|| {
+        PlanError::InvalidValue(format!(
+            "stored key '{key}' is not a {} value of key column \"{}\" (it was not written through tablegate)",
+            c.ty.pg_name(),
+            c.name
+        ))
+    })
+}
+
 /// Builds a record batch of `columns` from entities.
 pub fn to_batch(
     table: &TableDef,
@@ -599,8 +612,16 @@ pub fn to_batch(
             // Borrowed where the entity holds the value: a copy per cell
             // was a large share of a scan.
             match c.column.role {
-                Role::PartitionKey => b.push(Some(ValueRef::String(&e.partition_key))),
-                Role::RowKey => b.push(Some(ValueRef::String(&e.row_key))),
+                Role::PartitionKey if c.column.ty == SqlType::Text => {
+                    b.push(Some(ValueRef::String(&e.partition_key)))
+                }
+                Role::RowKey if c.column.ty == SqlType::Text => {
+                    b.push(Some(ValueRef::String(&e.row_key)))
+                }
+                Role::PartitionKey => {
+                    b.push(Some(typed_key(&c.column, &e.partition_key)?.as_value_ref()))
+                }
+                Role::RowKey => b.push(Some(typed_key(&c.column, &e.row_key)?.as_value_ref())),
                 Role::Property => b.push(e.properties.get(&c.column.name).map(Value::as_value_ref)),
                 _ => b.push(
                     table
@@ -643,6 +664,17 @@ pub fn encoded_to_batch<'a>(
     for e in rows {
         let (timestamp, properties) = e.open()?;
         for (i, c) in columns.iter().enumerate() {
+            let key = match c.column.role {
+                Role::PartitionKey => Some(e.partition_key()),
+                Role::RowKey => Some(e.row_key()),
+                _ => None,
+            };
+            if let Some(key) = key
+                && c.column.ty != SqlType::Text
+            {
+                out[i].push(Some(typed_key(&c.column, key)?.as_value_ref()));
+                continue;
+            }
             let v = match c.column.role {
                 Role::PartitionKey => ValueRef::String(e.partition_key()),
                 Role::RowKey => ValueRef::String(e.row_key()),

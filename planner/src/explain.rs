@@ -351,7 +351,7 @@ pub fn render_text(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
         l.push("  Key spans: none (contradiction: zero store requests)".to_owned());
     } else {
         l.push("  Key spans (pushed to the store):".to_owned());
-        for s in render_spans(&a.spans) {
+        for s in render_spans(&a.spans, &b.plan.table) {
             l.push(format!("    {s}"));
         }
     }
@@ -455,7 +455,7 @@ pub fn render_json(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
         "Class": a.class.name(),
         "Rating": a.class.rating(),
         "Route": match &b.plan.route { Route::Native => "native".to_owned(), Route::Engine(w) => format!("analytics engine: {w}") },
-        "Key Spans": render_spans(&a.spans),
+        "Key Spans": render_spans(&a.spans, &b.plan.table),
         "Residual Filter": a.residual.as_ref().map(|r| r.to_string()),
         "Residual Pushed": a.residual.is_some() && !a.residual_needs_engine,
         "Projection": b.plan.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),

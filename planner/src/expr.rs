@@ -146,6 +146,62 @@ pub fn fold(ident: &ast::Ident) -> String {
     }
 }
 
+/// A numeric literal compared (`op`, column on the left) with an integer
+/// column, exactly as PostgreSQL compares it (as numeric, not as a double
+/// that rounds `9223372036854775806.5` to 2^63). An integer in bigint's
+/// range is itself; a fraction is rounded the way that keeps the
+/// comparison's meaning on integers (`x < 2.5` is `x < 3`, `x > 2.5` is
+/// `x > 2`); what lies beyond bigint becomes a double beyond it, and a
+/// fraction no integer can equal a value that equals none, so the column's
+/// own range rules (`keys::in_column_type`) finish the job.
+fn integer_operand(n: &str, op: &str) -> Option<Value> {
+    let t = n.trim();
+    if t.contains(['e', 'E']) {
+        let d: f64 = t.parse().ok()?;
+        return Some(if d.fract() == 0.0 && d.abs() < 9.2e18 {
+            Value::Int64(d as i64)
+        } else {
+            Value::Double(d)
+        });
+    }
+    let (neg, digits) = match t.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if !(int.bytes().all(|b| b.is_ascii_digit()) && frac.bytes().all(|b| b.is_ascii_digit()))
+        || (int.is_empty() && frac.is_empty())
+    {
+        return None;
+    }
+    let int = int.trim_start_matches('0');
+    // Past 30 digits every integer type is far behind: say "huge".
+    let beyond = if neg { -1e30 } else { 1e30 };
+    if int.len() > 30 {
+        return Some(Value::Double(beyond));
+    }
+    let magnitude: i128 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let trunc = if neg { -magnitude } else { magnitude };
+    let n = if frac.bytes().any(|b| b != b'0') {
+        match op {
+            "<" | ">=" => trunc + i128::from(!neg),
+            "<=" | ">" => trunc - i128::from(neg),
+            // No integer equals a fraction: the literal as a double when it
+            // still is one, else NaN (equal to no integer either).
+            _ => {
+                let d: f64 = t.parse().ok()?;
+                return Some(Value::Double(if d.fract() != 0.0 { d } else { f64::NAN }));
+            }
+        }
+    } else {
+        trunc
+    };
+    Some(match i64::try_from(n) {
+        Ok(i) => Value::Int64(i),
+        Err(_) => Value::Double(beyond),
+    })
+}
+
 /// The operator seen from the other side (`a < b` is `b > a`).
 pub fn flip(op: CmpOp) -> CmpOp {
     match op {
@@ -338,7 +394,11 @@ impl<'a> Binder<'a> {
                 )
             }
             Operand::Untyped(Untyped::Num(n)) => match col.ty {
-                SqlType::Int4 | SqlType::Int8 | SqlType::Float8 => {
+                SqlType::Int4 | SqlType::Int8 => BExpr::Lit(
+                    integer_operand(&n, op)
+                        .ok_or_else(|| PlanError::InvalidValue(format!("invalid number {n}")))?,
+                ),
+                SqlType::Float8 => {
                     match n.parse::<i64>() {
                         Ok(i) => BExpr::Lit(Value::Int64(i)),
                         Err(_) => BExpr::Lit(Value::Double(n.parse().map_err(|_| {
@@ -426,7 +486,7 @@ impl<'a> Binder<'a> {
                 }
             }
             (other, Operand::Col(c)) => {
-                let v = self.coerce(&c, text, other)?;
+                let v = self.coerce(&c, op_text(flip(op)), other)?;
                 match v {
                     BExpr::Opaque(_) => BExpr::Opaque(whole.to_string()),
                     v => BExpr::Cmp(Box::new(BExpr::Column(c)), flip(op), Box::new(v)),

@@ -21,7 +21,7 @@
 
 use std::ops::Bound;
 
-use tablegate_catalog::{Role, TableDef};
+use tablegate_catalog::{Role, SqlType, TableDef};
 use tablegate_store::{CmpOp, Field, Filter, KeyBox, KeyInterval, Value};
 
 use crate::expr::BExpr;
@@ -541,6 +541,63 @@ fn lit_str(e: &BExpr) -> Option<&str> {
     }
 }
 
+/// `col op lit` over a key column as a comparison of the stored key text.
+/// A text key compares with the literal itself. A typed key (see
+/// `tablegate_catalog::keycodec`) compares with the literal first put in the
+/// column's type, as the residual filter does (`id > 2.5` is `id > 2`, `id
+/// = 2.5` is below every id), then encoded; the encoding keeps the order.
+/// `None` when `col` is not a key or `lit` not a literal of its type.
+fn key_bound(col: &BExpr, op: CmpOp, lit: &BExpr) -> Option<(CmpOp, String)> {
+    let BExpr::Column(c) = col else { return None };
+    if !matches!(c.role, Role::PartitionKey | Role::RowKey) {
+        return None;
+    }
+    if c.ty == SqlType::Text {
+        return Some((op, lit_str(lit)?.to_owned()));
+    }
+    let BExpr::Lit(v) = lit else { return None };
+    match in_column_type(col, field_of(col)?, op, v.clone()) {
+        Filter::Compare { op, value, .. } => Some((op, c.ty.encode_key(&value)?)),
+        _ => None,
+    }
+}
+
+/// The stored key `col = lit` names: `None` when it is not a key equality,
+/// or when no value of the key's type equals `lit` (`id = 2.5`).
+fn key_point(col: &BExpr, lit: &BExpr) -> Option<String> {
+    match key_bound(col, CmpOp::Eq, lit)? {
+        (CmpOp::Eq, s) => Some(s),
+        _ => None,
+    }
+}
+
+/// The key set of `col op lit`, if it is a key comparison.
+fn key_cmp(col: &BExpr, op: CmpOp, lit: &BExpr) -> Option<KeySet> {
+    let (op, s) = key_bound(col, op, lit)?;
+    let role = key_role(col)?;
+    // Below an integer key's smallest value (how `id = 2.5` and `id <
+    // -2^63` come out of `in_column_type`): no key.
+    if let BExpr::Column(c) = col
+        && op == CmpOp::Lt
+        && matches!(
+            c.ty.decode_key(&s),
+            Some(Value::Int32(i32::MIN) | Value::Int64(i64::MIN))
+        )
+    {
+        return Some(KeySet::none());
+    }
+    Some(KeySet::on(role, interval_for(op, &s)))
+}
+
+/// A LIKE pattern on a text key (a typed key's stored text is not what
+/// the pattern would be matched against).
+fn text_key_role(e: &BExpr) -> Option<Role> {
+    match e {
+        BExpr::Column(c) if c.ty == SqlType::Text => key_role(e),
+        _ => None,
+    }
+}
+
 /// The literal prefix of a LIKE pattern and whether the pattern is exactly
 /// `prefix%` (or exactly `prefix`, with no wildcard at all).
 pub fn like_prefix(pattern: &str, escape: Option<char>) -> (String, LikeShape) {
@@ -612,20 +669,22 @@ fn derive_node(e: &BExpr) -> (KeySet, bool) {
             all.normalize();
             (all, exact)
         }
-        BExpr::Cmp(a, op, b) => match (key_role(a), lit_str(b)) {
-            (Some(role), Some(v)) => (KeySet::on(role, interval_for(*op, v)), true),
-            _ => (KeySet::all(), false),
+        BExpr::Cmp(a, op, b) => match key_cmp(a, *op, b) {
+            Some(set) => (set, true),
+            None => (KeySet::all(), false),
         },
         BExpr::InList {
             expr,
             list,
             negated: false,
         } => match key_role(expr) {
-            Some(role) if list.iter().all(|x| lit_str(x).is_some()) => (
+            Some(role) if list.iter().all(|x| key_bound(expr, CmpOp::Eq, x).is_some()) => (
                 KeySet::on(
                     role,
+                    // An element no key equals (`id IN (1, 2.5)`) drops out.
                     list.iter()
-                        .map(|x| KeyInterval::point(lit_str(x).expect("checked")))
+                        .filter_map(|x| key_point(expr, x))
+                        .map(KeyInterval::point)
                         .collect(),
                 ),
                 true,
@@ -637,45 +696,41 @@ fn derive_node(e: &BExpr) -> (KeySet, bool) {
             expr,
             list,
             negated: true,
-        } => match key_role(expr) {
-            Some(role) if list.iter().all(|x| lit_str(x).is_some()) => {
-                let set = list.iter().fold(KeySet::all(), |set, x| {
-                    let v = lit_str(x).expect("checked");
-                    set.and(&KeySet::on(role, interval_for(CmpOp::Ne, v)))
-                });
-                (set, true)
+        } => {
+            let sets: Option<Vec<KeySet>> =
+                list.iter().map(|x| key_cmp(expr, CmpOp::Ne, x)).collect();
+            match sets {
+                Some(sets) => (sets.iter().fold(KeySet::all(), |set, x| set.and(x)), true),
+                None => (KeySet::all(), false),
             }
-            _ => (KeySet::all(), false),
-        },
+        }
         BExpr::Between {
             expr,
             low,
             high,
             negated,
-        } => match (key_role(expr), lit_str(low), lit_str(high)) {
-            (Some(role), Some(lo), Some(hi)) => {
-                let intervals = if *negated {
-                    vec![
-                        KeyInterval::new(Bound::Unbounded, Bound::Excluded(lo.to_owned())),
-                        KeyInterval::new(Bound::Excluded(hi.to_owned()), Bound::Unbounded),
-                    ]
-                } else {
-                    vec![KeyInterval::new(
-                        Bound::Included(lo.to_owned()),
-                        Bound::Included(hi.to_owned()),
-                    )]
-                };
-                (KeySet::on(role, intervals), true)
+        } => {
+            let sets = if *negated {
+                key_cmp(expr, CmpOp::Lt, low)
+                    .zip(key_cmp(expr, CmpOp::Gt, high))
+                    .map(|(a, b)| a.or(&b))
+            } else {
+                key_cmp(expr, CmpOp::Ge, low)
+                    .zip(key_cmp(expr, CmpOp::Le, high))
+                    .map(|(a, b)| a.and(&b))
+            };
+            match sets {
+                Some(set) => (set, true),
+                None => (KeySet::all(), false),
             }
-            _ => (KeySet::all(), false),
-        },
+        }
         BExpr::Like {
             expr,
             pattern,
             escape,
             negated: false,
             case_insensitive: false,
-        } => match (key_role(expr), lit_str(pattern)) {
+        } => match (text_key_role(expr), lit_str(pattern)) {
             (Some(role), Some(p)) => {
                 let (prefix, shape) = like_prefix(p, *escape);
                 match shape {
@@ -710,17 +765,26 @@ fn derive_node(e: &BExpr) -> (KeySet, bool) {
 /// `(pk, rk) op (a, b)` as boxes, lexicographically; `(pk) op (a)` as a
 /// plain comparison. Other shapes are not key predicates.
 fn row_keyset(left: &[BExpr], op: CmpOp, right: &[BExpr]) -> (KeySet, bool) {
+    if let ([l], [r]) = (left, right) {
+        return match key_cmp(l, op, r) {
+            Some(set) => (set, true),
+            None => (KeySet::all(), false),
+        };
+    }
     let roles: Vec<_> = left.iter().map(key_role).collect();
-    let vals: Vec<_> = right.iter().map(lit_str).collect();
+    let vals: Vec<_> = left
+        .iter()
+        .zip(right)
+        .map(|(l, r)| key_point(l, r))
+        .collect();
     match (roles.as_slice(), vals.as_slice()) {
-        ([Some(r)], [Some(v)]) => (KeySet::on(*r, interval_for(op, v)), true),
         ([Some(Role::PartitionKey), Some(Role::RowKey)], [Some(a), Some(b)]) => {
             let pk_eq = |rk: Vec<KeyInterval>| KeySet {
                 lossy: false,
                 boxes: rk
                     .into_iter()
                     .map(|rk| KeyBox {
-                        pk: KeyInterval::point(*a),
+                        pk: KeyInterval::point(a.as_str()),
                         rk,
                     })
                     .collect(),
@@ -759,7 +823,7 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
             (true, _) => return None,
             (false, _) => {
                 let (field, value) = field_value(a, b)?;
-                in_column_type(a, field, *op, value)
+                stored(a, in_column_type(a, field, *op, value))?
             }
         },
         BExpr::InList {
@@ -779,7 +843,7 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
                     op: CmpOp::Eq,
                     value,
                     ..
-                } = in_column_type(expr, f, CmpOp::Eq, v)
+                } = stored(expr, in_column_type(expr, f, CmpOp::Eq, v))?
                 {
                     values.push(value);
                 }
@@ -800,8 +864,8 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
             let (field, lo) = field_value(expr, low)?;
             let (_, hi) = field_value(expr, high)?;
             let f = Filter::And(vec![
-                in_column_type(expr, field.clone(), CmpOp::Ge, lo),
-                in_column_type(expr, field, CmpOp::Le, hi),
+                stored(expr, in_column_type(expr, field.clone(), CmpOp::Ge, lo))?,
+                stored(expr, in_column_type(expr, field, CmpOp::Le, hi))?,
             ]);
             if *negated {
                 Filter::Not(Box::new(f))
@@ -816,6 +880,12 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
             negated,
             case_insensitive,
         } => {
+            // A typed key's stored text is not the text LIKE would match.
+            if matches!(&**expr, BExpr::Column(c)
+                if c.ty != SqlType::Text && matches!(c.role, Role::PartitionKey | Role::RowKey))
+            {
+                return None;
+            }
             let f = Filter::Like {
                 field: field_of(expr)?,
                 pattern: lit_str(pattern)?.to_owned(),
@@ -844,6 +914,23 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
         BExpr::RowCmp { left, op, right } => to_filter(&row_expanded(left, *op, right))?,
         _ => return None,
     })
+}
+
+/// A comparison on a typed key column compares the stored key text: the
+/// value in the key's encoding. `None` when it has none.
+fn stored(col: &BExpr, f: Filter) -> Option<Filter> {
+    match (col, f) {
+        (BExpr::Column(c), Filter::Compare { field, op, value })
+            if matches!(c.role, Role::PartitionKey | Role::RowKey) && c.ty != SqlType::Text =>
+        {
+            Some(Filter::Compare {
+                field,
+                op,
+                value: Value::String(c.ty.encode_key(&value)?),
+            })
+        }
+        (_, f) => Some(f),
+    }
 }
 
 fn field_of(e: &BExpr) -> Option<Field> {
@@ -978,9 +1065,9 @@ fn chrono_parse(s: &str) -> Option<tablegate_store::DateTime> {
 fn exact_point(p: &BExpr) -> Option<Access> {
     let BExpr::And(v) = p else { return None };
     let [a, b] = v.as_slice() else { return None };
-    fn eq(e: &BExpr) -> Option<(Role, &str)> {
+    fn eq(e: &BExpr) -> Option<(Role, String)> {
         match e {
-            BExpr::Cmp(col, CmpOp::Eq, lit) => Some((key_role(col)?, lit_str(lit)?)),
+            BExpr::Cmp(col, CmpOp::Eq, lit) => Some((key_role(col)?, key_point(col, lit)?)),
             _ => None,
         }
     }
@@ -991,8 +1078,8 @@ fn exact_point(p: &BExpr) -> Option<Access> {
     };
     Some(Access {
         spans: vec![KeyBox {
-            pk: KeyInterval::point(pk.to_owned()),
-            rk: KeyInterval::point(rk.to_owned()),
+            pk: KeyInterval::point(pk),
+            rk: KeyInterval::point(rk),
         }],
         residual: None,
         filter: None,
@@ -1089,39 +1176,64 @@ impl Access {
 }
 
 /// Renders key spans in key syntax for EXPLAIN:
-/// `PartitionKey = 'a' AND RowKey >= 'x'`, one line per box.
-pub fn render_spans(spans: &[KeyBox]) -> Vec<String> {
-    spans.iter().map(render_box).collect()
-}
-
-fn render_box(b: &KeyBox) -> String {
-    let mut parts = Vec::new();
-    render_interval("PartitionKey", &b.pk, &mut parts);
-    render_interval("RowKey", &b.rk, &mut parts);
-    if parts.is_empty() {
-        "all keys".to_owned()
-    } else {
-        parts.join(" AND ")
-    }
+/// `PartitionKey = 'a' AND RowKey >= 'x'`, one line per box. A bound on a
+/// typed key column is followed by the typed value it encodes:
+/// `PartitionKey >= '0000000042' (id >= 42)`.
+pub fn render_spans(spans: &[KeyBox], table: &TableDef) -> Vec<String> {
+    let typed = |c: Option<tablegate_catalog::ColumnRef>| c.filter(|c| c.ty != SqlType::Text);
+    let pk = typed(Some(table.partition_key_column()));
+    let rk = typed(table.row_key_column());
+    spans
+        .iter()
+        .map(|b| {
+            let mut parts = Vec::new();
+            render_interval("PartitionKey", &b.pk, pk.as_ref(), &mut parts);
+            render_interval("RowKey", &b.rk, rk.as_ref(), &mut parts);
+            if parts.is_empty() {
+                "all keys".to_owned()
+            } else {
+                parts.join(" AND ")
+            }
+        })
+        .collect()
 }
 
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
-fn render_interval(name: &str, i: &KeyInterval, out: &mut Vec<String>) {
+fn render_interval(
+    name: &str,
+    i: &KeyInterval,
+    typed: Option<&tablegate_catalog::ColumnRef>,
+    out: &mut Vec<String>,
+) {
+    let mut bound = |op: &str, key: &str| {
+        let mut s = format!("{name} {op} {}", quote(key));
+        if let Some(c) = typed {
+            match c.ty.decode_key(key) {
+                Some(v) => s.push_str(&format!(
+                    " ({} {op} {})",
+                    c.name,
+                    crate::expr::sql_literal(&v)
+                )),
+                None => s.push_str(&format!(" (not a {} key)", c.ty.pg_name())),
+            }
+        }
+        out.push(s);
+    };
     if let Some(p) = i.as_point() {
-        out.push(format!("{name} = {}", quote(p)));
+        bound("=", p);
         return;
     }
     match &i.lo {
-        Bound::Included(s) => out.push(format!("{name} >= {}", quote(s))),
-        Bound::Excluded(s) => out.push(format!("{name} > {}", quote(s))),
+        Bound::Included(s) => bound(">=", s),
+        Bound::Excluded(s) => bound(">", s),
         Bound::Unbounded => {}
     }
     match &i.hi {
-        Bound::Included(s) => out.push(format!("{name} <= {}", quote(s))),
-        Bound::Excluded(s) => out.push(format!("{name} < {}", quote(s))),
+        Bound::Included(s) => bound("<=", s),
+        Bound::Excluded(s) => bound("<", s),
         Bound::Unbounded => {}
     }
 }

@@ -19,5 +19,6 @@ mod psql;
 mod rng;
 mod server;
 mod tls_driver;
+mod typed_keys;
 mod write_diff;
 mod writes;

@@ -466,7 +466,7 @@ impl DisplayAs for StoreScanExec {
             "StoreScanExec: table={}, class={}, spans=[{}]",
             self.bound.plan.table.name,
             a.class.name(),
-            render_spans(&a.spans).join(" OR ")
+            render_spans(&a.spans, &self.bound.plan.table).join(" OR ")
         )?;
         if let Some(r) = &a.residual {
             write!(f, ", residual=[{r}]")?;

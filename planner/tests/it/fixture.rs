@@ -46,7 +46,10 @@ pub async fn run(p: &Planner, sql: &str) {
 /// - `registrations(race, runner, name, age, city, registered)` keyed
 ///   (race, runner) with BIB: and AGE: rows per runner, 420 entities in 6
 ///   partitions spread over 3 range partitions on different servers;
-/// - `events(id, title, capacity)` keyed by `id` alone, 20 entities.
+/// - `events(id, title, capacity)` keyed by `id` alone, 20 entities;
+/// - `readings(device bigint, ts timestamptz, v)`, typed keys: devices -2
+///   ..= 2, 24 hourly readings each from 2026-01-01;
+/// - `tickets(id uuid, n)`: 10 entities, id bytes all `17·n`.
 pub async fn planner() -> Planner {
     let (p, store) = empty_planner().await;
     run(
@@ -103,6 +106,47 @@ pub async fn planner() -> Planner {
             .with("capacity", tablegate_store::Value::Int32(100 * (i + 1)));
         store
             .execute_blocking("events", &[tablegate_store::Operation::Insert(w)])
+            .unwrap();
+    }
+    // Typed keys: devices -2 ..= 2, one reading an hour for a day.
+    run(
+        &p,
+        "CREATE TABLE readings (device BIGINT, ts TIMESTAMPTZ, v DOUBLE PRECISION, \
+         PRIMARY KEY (device, ts))",
+    )
+    .await;
+    run(&p, "CREATE TABLE tickets (id UUID PRIMARY KEY, n INT)").await;
+    let key = |ty: tablegate_catalog::SqlType, v: tablegate_store::Value| {
+        ty.encode_key(&v).expect("a key value")
+    };
+    for device in -2i64..=2 {
+        let mut ops = Vec::new();
+        for h in 0..24i64 {
+            let ts = tablegate_store::DateTime(1_767_225_600_000_000 + h * 3_600_000_000);
+            let w = tablegate_store::EntityWrite::new(
+                key(
+                    tablegate_catalog::SqlType::Int8,
+                    tablegate_store::Value::Int64(device),
+                ),
+                key(
+                    tablegate_catalog::SqlType::Timestamptz,
+                    tablegate_store::Value::DateTime(ts),
+                ),
+            )
+            .with(
+                "v",
+                tablegate_store::Value::Double((device * 100 + h) as f64),
+            );
+            ops.push(tablegate_store::Operation::Insert(w));
+        }
+        store.execute_blocking("readings", &ops).unwrap();
+    }
+    for i in 0..10u8 {
+        let id = tablegate_store::Value::Guid([i * 17; 16]);
+        let w = tablegate_store::EntityWrite::new(key(tablegate_catalog::SqlType::Uuid, id), "")
+            .with("n", tablegate_store::Value::Int32(i32::from(i)));
+        store
+            .execute_blocking("tickets", &[tablegate_store::Operation::Insert(w)])
             .unwrap();
     }
     // Three range partitions on three different servers.

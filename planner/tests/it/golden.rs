@@ -101,6 +101,9 @@ fn sample_param(i: usize, t: tablegate_catalog::SqlType) -> tablegate_store::Val
         SqlType::Int8 => Value::Int64(5),
         SqlType::Float8 => Value::Double(1.5),
         SqlType::Bool => Value::Boolean(true),
+        SqlType::Timestamptz | SqlType::Timestamp => {
+            Value::DateTime(tablegate_store::DateTime(1_767_243_600_000_000))
+        }
         other => panic!("no sample for {other:?}"),
     }
 }

@@ -1,0 +1,255 @@
+//! Typed key columns: the text each key type is stored as.
+//!
+//! The store's PartitionKey and RowKey are strings compared by their
+//! bytes. A key column of another type is stored as a string whose byte
+//! order is the type's SQL order, so a range on the typed column is a range
+//! on the stored key (row-range and partition-range queries still apply),
+//! and another reader of the table (Azure Storage Explorer, an SDK) sees
+//! stable, readable keys:
+//!
+//! | type | stored key | example |
+//! |------|------------|---------|
+//! | `text` | the text itself | `nyc` |
+//! | `integer` | 10 digits, zero-padded; a negative is `-` then 9,999,999,999 − \|n\| | `0000000042`, `-9999999957` (−42) |
+//! | `bigint` | 19 digits, zero-padded; a negative is `-` then 10¹⁹ − 1 − \|n\| | `0000000000000000042` |
+//! | `timestamptz`, `timestamp` | UTC, RFC 3339 with 6 fraction digits | `2026-11-27T10:25:03.000000Z` |
+//! | `uuid` | lower-case hyphenated | `6f1c…-…` |
+//!
+//! `-` sorts below every digit, and the complement makes a larger magnitude
+//! sort first, so every negative sorts below zero in numeric order. The
+//! encoding is one-to-one: a stored key that is not the canonical form of
+//! a value (written by another client) decodes to nothing, and a scan that
+//! meets one fails with an error naming it rather than invent a value (a
+//! key range over such keys could not be answered right either).
+
+use tablegate_store::{DateTime, Value};
+
+use crate::types::SqlType;
+
+const INT4_DIGITS: usize = 10;
+const INT8_DIGITS: usize = 19;
+
+impl SqlType {
+    /// Can a column of this type be the PartitionKey or the RowKey?
+    pub fn key_capable(self) -> bool {
+        matches!(
+            self,
+            SqlType::Text
+                | SqlType::Int4
+                | SqlType::Int8
+                | SqlType::Timestamptz
+                | SqlType::Timestamp
+                | SqlType::Uuid
+        )
+    }
+
+    /// The stored key for a value of this type; `None` when the value is
+    /// not one of the type (an integer out of range, a fraction, a time
+    /// outside the EDM range, another type).
+    pub fn encode_key(self, v: &Value) -> Option<String> {
+        let int = |v: &Value| -> Option<i128> {
+            match v {
+                Value::Int32(i) => Some(i128::from(*i)),
+                Value::Int64(i) => Some(i128::from(*i)),
+                Value::Double(d) if d.fract() == 0.0 && d.is_finite() => Some(*d as i128),
+                _ => None,
+            }
+        };
+        match self {
+            SqlType::Text => match v {
+                Value::String(s) => Some(s.clone()),
+                _ => None,
+            },
+            SqlType::Int4 => {
+                let n = int(v)?;
+                (i128::from(i32::MIN)..=i128::from(i32::MAX))
+                    .contains(&n)
+                    .then(|| encode_int(n, INT4_DIGITS))
+            }
+            SqlType::Int8 => {
+                let n = int(v)?;
+                (i128::from(i64::MIN)..=i128::from(i64::MAX))
+                    .contains(&n)
+                    .then(|| encode_int(n, INT8_DIGITS))
+            }
+            SqlType::Timestamptz | SqlType::Timestamp => match v {
+                Value::DateTime(t) if t.in_range() => Some(t.to_string()),
+                _ => None,
+            },
+            SqlType::Uuid => match v {
+                Value::Guid(b) => Some(uuid::Uuid::from_bytes(*b).hyphenated().to_string()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The value a stored key holds; `None` when it is not the canonical
+    /// encoding of a value of this type.
+    pub fn decode_key(self, key: &str) -> Option<Value> {
+        let v = match self {
+            SqlType::Text => return Some(Value::String(key.to_owned())),
+            SqlType::Int4 => Value::Int32(i32::try_from(decode_int(key, INT4_DIGITS)?).ok()?),
+            SqlType::Int8 => Value::Int64(i64::try_from(decode_int(key, INT8_DIGITS)?).ok()?),
+            SqlType::Timestamptz | SqlType::Timestamp => {
+                let t = chrono::DateTime::parse_from_rfc3339(key).ok()?;
+                Value::DateTime(DateTime(t.timestamp_micros()))
+            }
+            SqlType::Uuid => Value::Guid(*uuid::Uuid::parse_str(key).ok()?.as_bytes()),
+            _ => return None,
+        };
+        // Only the canonical spelling: one value, one key.
+        (self.encode_key(&v).as_deref() == Some(key)).then_some(v)
+    }
+}
+
+fn encode_int(n: i128, digits: usize) -> String {
+    if n >= 0 {
+        format!("{n:0digits$}")
+    } else {
+        let max = 10i128.pow(digits as u32) - 1;
+        format!("-{:0digits$}", max + n)
+    }
+}
+
+fn decode_int(key: &str, digits: usize) -> Option<i128> {
+    let (neg, body) = match key.strip_prefix('-') {
+        Some(b) => (true, b),
+        None => (false, key),
+    };
+    if body.len() != digits || !body.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let m: i128 = body.parse().ok()?;
+    if neg {
+        let n = m - (10i128.pow(digits as u32) - 1);
+        // `-` followed by all nines would be minus zero.
+        (n < 0).then_some(n)
+    } else {
+        Some(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_keys_sort_in_numeric_order_and_round_trip() {
+        for (ty, values) in [
+            (
+                SqlType::Int4,
+                vec![
+                    i64::from(i32::MIN),
+                    -1_000_000,
+                    -42,
+                    -10,
+                    -9,
+                    -1,
+                    0,
+                    1,
+                    9,
+                    10,
+                    42,
+                    i64::from(i32::MAX),
+                ],
+            ),
+            (
+                SqlType::Int8,
+                vec![
+                    i64::MIN,
+                    i64::MIN + 1,
+                    -1,
+                    0,
+                    1,
+                    99,
+                    100,
+                    i64::MAX - 1,
+                    i64::MAX,
+                ],
+            ),
+        ] {
+            let keys: Vec<String> = values
+                .iter()
+                .map(|&n| ty.encode_key(&Value::Int64(n)).unwrap())
+                .collect();
+            let mut sorted = keys.clone();
+            sorted.sort();
+            assert_eq!(keys, sorted, "{ty:?}");
+            for (k, &n) in keys.iter().zip(&values) {
+                let back = match ty.decode_key(k).unwrap() {
+                    Value::Int32(i) => i64::from(i),
+                    Value::Int64(i) => i,
+                    other => panic!("{other:?}"),
+                };
+                assert_eq!(back, n, "{k}");
+            }
+        }
+        assert_eq!(
+            SqlType::Int4.encode_key(&Value::Int32(42)).unwrap(),
+            "0000000042"
+        );
+        assert_eq!(
+            SqlType::Int4.encode_key(&Value::Int32(-42)).unwrap(),
+            "-9999999957"
+        );
+        assert_eq!(SqlType::Int4.encode_key(&Value::Int64(1 << 40)), None);
+        assert_eq!(SqlType::Int4.encode_key(&Value::Double(2.5)), None);
+        assert_eq!(
+            SqlType::Int8.encode_key(&Value::Double(3.0)).unwrap(),
+            "0000000000000000003"
+        );
+    }
+
+    #[test]
+    fn only_canonical_keys_decode() {
+        for (ty, key) in [
+            (SqlType::Int4, "42"),
+            (SqlType::Int4, "-9999999999"),
+            (SqlType::Int4, "+000000042"),
+            (SqlType::Int4, "9999999999"),
+            (SqlType::Int8, "0000000042"),
+            (SqlType::Uuid, "6F9619FF-8B86-D011-B42D-00CF4FC964FF"),
+            (SqlType::Timestamptz, "2026-11-27T10:25:03Z"),
+            (SqlType::Timestamptz, "2026-11-27T11:25:03.000000+01:00"),
+            (SqlType::Bool, "true"),
+        ] {
+            assert_eq!(ty.decode_key(key), None, "{ty:?} {key}");
+        }
+        let u = SqlType::Uuid
+            .parse_text("6F9619FF-8B86-D011-B42D-00CF4FC964FF")
+            .unwrap();
+        let k = SqlType::Uuid.encode_key(&u).unwrap();
+        assert_eq!(k, "6f9619ff-8b86-d011-b42d-00cf4fc964ff");
+        assert_eq!(SqlType::Uuid.decode_key(&k), Some(u));
+    }
+
+    #[test]
+    fn timestamp_keys_sort_in_time_order() {
+        let times = [
+            DateTime::MIN,
+            DateTime(-1),
+            DateTime(0),
+            DateTime(1),
+            DateTime(1_795_333_458_500_000),
+            DateTime::MAX,
+        ];
+        let keys: Vec<String> = times
+            .iter()
+            .map(|t| {
+                SqlType::Timestamptz
+                    .encode_key(&Value::DateTime(*t))
+                    .unwrap()
+            })
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        assert_eq!(keys[2], "1970-01-01T00:00:00.000000Z");
+        for (k, t) in keys.iter().zip(times) {
+            assert_eq!(SqlType::Timestamp.decode_key(k), Some(Value::DateTime(t)));
+        }
+        let outside = Value::DateTime(DateTime(DateTime::MAX.0 + 1));
+        assert_eq!(SqlType::Timestamptz.encode_key(&outside), None);
+    }
+}
