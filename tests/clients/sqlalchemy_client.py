@@ -1,13 +1,14 @@
 """SQLAlchemy 2 (over psycopg 3) against a server: connect (SQLAlchemy
 parses server_version and calls version(), current_schema(),
 standard_conforming_strings), Core DDL, inserts and parameterized selects,
-the ORM (a mapped class with a text primary key; tablegate keeps
+the ORM (mapped classes with text, integer and uuid primary keys; tablegate keeps
 varchar as text, so the model says Text, add/get/query/update/
 delete in sessions), reflection (table names, columns with types) and a few functions drivers call. Prints one line per result; the
 test runs it against tablegate and PostgreSQL 15 and compares the lines.
 Usage: sqlalchemy_client.py URL tablegate|postgresql"""
 
 import sys
+import uuid
 
 from sqlalchemy import (
     Column,
@@ -15,6 +16,7 @@ from sqlalchemy import (
     MetaData,
     Table,
     Text,
+    Uuid,
     create_engine,
     func,
     inspect,
@@ -126,9 +128,47 @@ with Session(engine) as s:
     spent = select(func.coalesce(func.sum(o.c.amount), 0)).where(o.c.customer == Customer.id).scalar_subquery()
     out("orm correlated", s.execute(select(Customer.id, spent.label("spent")).order_by(Customer.id)).all())
 
+# Typed primary keys: an Integer key (not autoincrement: no sequences yet)
+# and a UUID key, through the ORM; ranges on the typed key.
+class Ticket(Base):
+    __tablename__ = "sa_tickets"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    title: Mapped[str] = mapped_column(Text)
+
+
+class Device(Base):
+    __tablename__ = "sa_devices"
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+
+
+with engine.connect() as c:
+    c.execute(text("DROP TABLE IF EXISTS sa_tickets"))
+    c.execute(text("DROP TABLE IF EXISTS sa_devices"))
+    c.commit()
+Base.metadata.create_all(engine)
+device_ids = [uuid.UUID(int=(i * 0x9E3779B97F4A7C15) % (1 << 128)) for i in range(1, 5)]
+with Session(engine) as s:
+    for i in [-3, 7, 10, 2, 100]:
+        s.add(Ticket(id=i, title=f"t{i}"))
+        s.commit()
+    for n, d in enumerate(device_ids):
+        s.add(Device(id=d, name=f"d{n}"))
+        s.commit()
+with Session(engine) as s:
+    out("orm int get", s.get(Ticket, 7).title)
+    out("orm int range", [t.id for t in s.scalars(select(Ticket).where(Ticket.id >= 2, Ticket.id < 100).order_by(Ticket.id))])
+    out("orm int order", [t.id for t in s.scalars(select(Ticket).order_by(Ticket.id.desc()))])
+    s.get(Ticket, -3).title = "neg"
+    s.commit()
+    out("orm int update", s.get(Ticket, -3).title)
+    out("orm uuid get", s.get(Device, device_ids[2]).name)
+    out("orm uuid order", [d.name for d in s.scalars(select(Device).order_by(Device.id))])
+    out("orm uuid type", type(s.scalars(select(Device.id)).first()).__name__)
+
 insp = inspect(engine)
 out("tables", sorted(t for t in insp.get_table_names() if t.startswith("sa_")))
-for t in ["sa_orders", "sa_customers"]:
+for t in ["sa_orders", "sa_customers", "sa_tickets", "sa_devices"]:
     # Every tablegate table also has the store's Timestamp column (SELECT *
     # shows it too). Primary-key reflection (pg_constraint) is not there yet.
     cols = [(col["name"], str(col["type"]), col["nullable"]) for col in insp.get_columns(t)]

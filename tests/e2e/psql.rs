@@ -138,8 +138,11 @@ fn psql_queries_explain_and_errors() {
         "{out}"
     );
     assert!(err.contains("already exists, skipping"), "{err}");
-    let (_, err, ok) = psql(&s, &["CREATE TABLE bad (id INT PRIMARY KEY)"]);
-    assert!(!ok && err.contains("key column \"id\" is integer"), "{err}");
+    let (_, err, ok) = psql(&s, &["CREATE TABLE bad (id REAL PRIMARY KEY)"]);
+    assert!(
+        !ok && err.contains("key column \"id\" is double precision"),
+        "{err}"
+    );
 
     // psql's FETCH_COUNT pages through a cursor (DECLARE / FETCH FORWARD n).
     let (out, err, ok) = psql(

@@ -27,6 +27,7 @@
 pub mod dialect;
 pub mod functions;
 pub mod info_schema;
+pub mod pg_fix;
 pub mod provider;
 pub mod system;
 
@@ -265,9 +266,22 @@ impl Engine {
             )?;
         ctx.catalog(DATABASE)
             .ok_or_else(|| DataFusionError::Internal("no default catalog".into()))?
-            .register_schema(system::SCHEMA, Arc::new(system::SystemSchema::new(planner)))?;
+            .register_schema(
+                system::SCHEMA,
+                Arc::new(system::SystemSchema::new(planner.clone())),
+            )?;
+        let planner_for_fix = planner;
         datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
             .map_err(|e| *e)?;
+        let catalog = ctx
+            .catalog(DATABASE)
+            .ok_or_else(|| DataFusionError::Internal("no default catalog".into()))?;
+        if let Some(pg) = catalog.schema("pg_catalog") {
+            catalog.register_schema(
+                "pg_catalog",
+                Arc::new(pg_fix::PgCatalogFix::new(pg, planner_for_fix)),
+            )?;
+        }
         let session = Arc::new(Mutex::new(crate::session::Session::default()));
         functions::register(&ctx, user, session.clone());
         Ok(Engine {
