@@ -112,6 +112,12 @@ const QUERIES: &[&str] = &[
     "SELECT count(*) FROM runners WHERE (race, runner) > ('nyc', NULL)",
     "SELECT count(*) FROM runners WHERE (race, runner) = ('nyc', NULL)",
     "SELECT count(*) FROM runners WHERE race NOT IN ('nyc', 'oslo') AND runner < 'BIB:0100'",
+    // literals: numeric arithmetic is exact, wide literals still work
+    "SELECT 0.1 + 0.2 = 0.3, 1.50, 2.5 * 4, 10 / 4.0",
+    "SELECT count(*) FROM runners WHERE score > 50.25",
+    "SELECT race, sum(age) * 1.5 FROM runners GROUP BY race",
+    "SELECT count(*) FROM runners WHERE score * 1e300 > 1e301",
+    "SELECT 1, -2, 3000000000, 1 AS one UNION ALL SELECT 4, 5, 6, 7",
 ];
 
 /// The data: a small PRNG, the same rows in both databases.
@@ -268,6 +274,39 @@ async fn analytic_queries_match_postgresql() {
         QUERIES.len() + ERRORS.len(),
         failures.join("\n")
     );
+}
+
+/// The types of literal result columns, as the RowDescription says them:
+/// `SELECT 1` is integer (drivers hand a bigint back as a string), `1.5`
+/// numeric.
+#[tokio::test]
+async fn literal_result_types_match_postgresql() {
+    let pg = PgRef::start();
+    let (p, conn) = tokio_postgres::connect(&pg.conn_str(), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let (t, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let sql = "SELECT 1 AS a, -7 AS b, 3000000000 AS c, 1.5 AS d, 1.50 AS e, 'x' AS f, \
+               true AS g, 2147483648 AS h, -2147483648 AS i";
+    let types = |st: tokio_postgres::Statement| {
+        st.columns()
+            .iter()
+            .map(|c| format!("{} {}", c.name(), c.type_().name()))
+            .collect::<Vec<_>>()
+    };
+    let want = types(p.prepare(sql).await.unwrap());
+    let got = types(t.prepare(sql).await.unwrap());
+    assert_eq!(got, want);
+    let row = t.query_one("SELECT 1, 1.50", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1);
+    let text = t.simple_query("SELECT 1.50").await.unwrap();
+    match &text[1] {
+        SimpleQueryMessage::Row(r) => assert_eq!(r.get(0), Some("1.50")),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// Statements both must refuse, with the same SQLSTATE.

@@ -59,6 +59,8 @@ impl SqlDialect {
                 Arc::new(FixArrayLiteral),
                 Arc::new(SpecialNames),
                 Arc::new(RowValues),
+                Arc::new(IntLiterals),
+                Arc::new(WideLiterals),
                 Arc::new(StripCollate),
                 Arc::new(RewritePgCatalogOperator),
                 Arc::new(RewriteRegCastToSubquery::new()),
@@ -124,6 +126,118 @@ impl VisitorMut for SpecialNames {
 
 /// Row values compared element by element, as PostgreSQL defines them:
 /// `(a, b) IN ((x, y), …)` is `(a = x AND b = y) OR …`, and
+/// An integer literal in a select list has PostgreSQL's type: `integer`
+/// when it fits, as `SELECT 1` does (DataFusion types every integer
+/// literal bigint, and node-postgres hands a bigint back as a string).
+/// Only a select item that is the literal itself (or its negation) is
+/// cast: inside an expression DataFusion's wider arithmetic stays.
+#[derive(Debug)]
+struct IntLiterals;
+
+impl SqlStatementRewriteRule for IntLiterals {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = s.visit(&mut IntLiterals);
+        s
+    }
+}
+
+impl VisitorMut for IntLiterals {
+    type Break = ();
+
+    fn pre_visit_query(
+        &mut self,
+        q: &mut datafusion::sql::sqlparser::ast::Query,
+    ) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{DataType, SelectItem, SetExpr, Value};
+        fn int4(e: &Expr) -> bool {
+            match e {
+                Expr::Value(v) => {
+                    matches!(&v.value, Value::Number(n, _) if n.parse::<i32>().is_ok())
+                }
+                Expr::UnaryOp {
+                    op: UnaryOperator::Minus,
+                    expr,
+                } => matches!(&**expr, Expr::Value(v)
+                    if matches!(&v.value, Value::Number(n, _)
+                        if format!("-{n}").parse::<i32>().is_ok())),
+                _ => false,
+            }
+        }
+        fn cast(e: &mut Expr) {
+            if int4(e) {
+                let inner = std::mem::replace(e, Expr::value(Value::Null));
+                *e = Expr::Cast {
+                    kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+                    expr: Box::new(inner),
+                    data_type: DataType::Integer(None),
+                    array: false,
+                    format: None,
+                };
+            }
+        }
+        fn visit(body: &mut SetExpr) {
+            match body {
+                SetExpr::Select(sel) => {
+                    for item in &mut sel.projection {
+                        match item {
+                            SelectItem::UnnamedExpr(e)
+                            | SelectItem::ExprWithAlias { expr: e, .. } => cast(e),
+                            _ => {}
+                        }
+                    }
+                }
+                SetExpr::SetOperation { left, right, .. } => {
+                    visit(left);
+                    visit(right);
+                }
+                _ => {}
+            }
+        }
+        visit(&mut q.body);
+        ControlFlow::Continue(())
+    }
+}
+
+/// A literal with a fraction is numeric (the engine parses it as a
+/// decimal, so `0.1 + 0.2 = 0.3`, as in PostgreSQL). What a 38-digit
+/// decimal cannot hold (`1e300`, 40 digits) is a double instead of an
+/// error: PostgreSQL's numeric holds it, a double comes closest.
+#[derive(Debug)]
+struct WideLiterals;
+
+impl SqlStatementRewriteRule for WideLiterals {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = s.visit(&mut WideLiterals);
+        s
+    }
+}
+
+impl VisitorMut for WideLiterals {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{DataType, Value};
+        let Expr::Value(v) = e else {
+            return ControlFlow::Continue(());
+        };
+        let Value::Number(n, _) = &v.value else {
+            return ControlFlow::Continue(());
+        };
+        let digits = n.bytes().filter(u8::is_ascii_digit).count();
+        if n.contains(['e', 'E']) || digits > 38 {
+            let text = n.clone();
+            *e = Expr::Cast {
+                kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+                expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
+                data_type: DataType::DoublePrecision,
+                array: false,
+                format: None,
+            };
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 /// `(a, b) > (x, y)` is `a > x OR (a = x AND b > y)`. DataFusion compares
 /// them as structs, where a NULL element equals a NULL element: a row
 /// `NOT IN` list holding `('boston', NULL)` kept boston's rows, which

@@ -246,6 +246,9 @@ impl Engine {
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE, "public")
             .with_information_schema(false)
+            // `1.5` is numeric, as PostgreSQL types it (exact, printed with
+            // its scale), not a double.
+            .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
             .with_target_partitions(4);
         let env = RuntimeEnvBuilder::new()
             .with_memory_pool(pool.memory.clone())
