@@ -439,21 +439,37 @@ mod tests {
     }
 
     #[test]
+    fn literals_take_postgresql_types() {
+        assert_eq!(
+            one("SELECT 1, -2, 3000000000, 1 + 1, 'x' AS s FROM t"),
+            "SELECT CAST(1 AS INTEGER), CAST(-2 AS INTEGER), 3000000000, 1 + 1, 'x' AS s FROM t"
+        );
+        assert_eq!(
+            one("SELECT x FROM (SELECT 7 AS x UNION SELECT 8) AS s"),
+            "SELECT x FROM (SELECT CAST(7 AS INTEGER) AS x UNION SELECT CAST(8 AS INTEGER)) AS s"
+        );
+        assert_eq!(
+            one("SELECT f * 1e300, 1.5 FROM t"),
+            "SELECT f * CAST('1e300' AS DOUBLE PRECISION), 1.5 FROM t"
+        );
+    }
+
+    #[test]
     fn row_values_are_compared_element_by_element() {
         assert_eq!(
-            one("SELECT 1 FROM t WHERE (a, b) NOT IN ((1, 2), (3, NULL))"),
-            "SELECT 1 FROM t WHERE (NOT ((a = 1 AND b = 2) OR (a = 3 AND b = NULL)))"
+            one("SELECT x FROM t WHERE (a, b) NOT IN ((1, 2), (3, NULL))"),
+            "SELECT x FROM t WHERE (NOT ((a = 1 AND b = 2) OR (a = 3 AND b = NULL)))"
         );
         assert_eq!(
-            one("SELECT 1 FROM t WHERE (a, b, c) >= (1, 2, 3)"),
-            "SELECT 1 FROM t WHERE ((a > 1) OR (a = 1 AND b > 2) OR (a = 1 AND b = 2 AND c >= 3))"
+            one("SELECT x FROM t WHERE (a, b, c) >= (1, 2, 3)"),
+            "SELECT x FROM t WHERE ((a > 1) OR (a = 1 AND b > 2) OR (a = 1 AND b = 2 AND c >= 3))"
         );
         assert_eq!(
-            one("SELECT 1 FROM t WHERE (a, b) <> (1, 2)"),
-            "SELECT 1 FROM t WHERE (NOT (a = 1 AND b = 2))"
+            one("SELECT x FROM t WHERE (a, b) <> (1, 2)"),
+            "SELECT x FROM t WHERE (NOT (a = 1 AND b = 2))"
         );
         // Not rows of one length: left for DataFusion's error.
-        let sql = "SELECT 1 FROM t WHERE (a, b) IN ((1, 2, 3))";
+        let sql = "SELECT x FROM t WHERE (a, b) IN ((1, 2, 3))";
         assert_eq!(one(sql), sql);
     }
 
