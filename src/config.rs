@@ -22,6 +22,10 @@ pub struct Settings {
     pub data: PathBuf,
     /// Address to listen on.
     pub listen: SocketAddr,
+    /// Directory of the Unix-domain socket `.s.PGSQL.<port>` (where psql
+    /// looks when given no host); empty for none. A directory that does
+    /// not exist means no socket, with a note at start-up.
+    pub unix_socket_dir: PathBuf,
     /// Most authenticated sessions; more are refused with SQLSTATE 53300.
     pub max_connections: usize,
     /// Memory the analytics engine may hold, all sessions together, in MiB.
@@ -60,6 +64,7 @@ impl Default for Settings {
             backend: "embedded".to_owned(),
             data: PathBuf::from("tablegate-data"),
             listen: "127.0.0.1:5433".parse().expect("address"),
+            unix_socket_dir: PathBuf::from("/var/run/postgresql"),
             max_connections: 100,
             engine_memory_mb: 1024,
             limits: Limits::default(),
@@ -265,6 +270,10 @@ pub struct ServeArgs {
     /// authentication is refused on other than loopback addresses.
     #[arg(long, env = "TABLEGATE_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Directory of the Unix-domain socket `.s.PGSQL.<port>`, where psql
+    /// looks without -h; '' for none [default: /var/run/postgresql].
+    #[arg(long, env = "TABLEGATE_UNIX_SOCKET_DIR")]
+    pub unix_socket_dir: Option<String>,
     /// Most authenticated sessions; more are refused with 53300 [default: 100].
     #[arg(long, env = "TABLEGATE_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
@@ -364,6 +373,9 @@ impl ServeArgs {
         }
         over!(self.data => s.data);
         over!(self.listen => s.listen);
+        if let Some(d) = &self.unix_socket_dir {
+            s.unix_socket_dir = PathBuf::from(d);
+        }
         over!(self.max_connections => s.max_connections);
         over!(self.reserved_connections => s.limits.reserved_connections);
         over!(self.max_starting_connections => s.limits.max_starting_connections);
@@ -527,6 +539,12 @@ mod tests {
         };
         let s = args.resolve().unwrap();
         assert_eq!(s.data, PathBuf::from("/tmp/x"));
+        assert_eq!(s.unix_socket_dir, PathBuf::from("/var/run/postgresql"));
+        let off = ServeArgs {
+            unix_socket_dir: Some(String::new()),
+            ..Default::default()
+        };
+        assert_eq!(off.resolve().unwrap().unix_socket_dir, PathBuf::new());
         assert_eq!(s.throttle.per_partition, 500);
         assert_eq!(s.throttle.per_server, 10_000);
         assert_eq!(s.session.page_size, 10);

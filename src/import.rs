@@ -20,7 +20,6 @@ use std::time::Instant;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
 use futures::{SinkExt, StreamExt};
-use tokio_postgres::NoTls;
 
 use crate::config::Settings;
 use crate::serve::Embedded;
@@ -45,8 +44,10 @@ pub struct ImportArgs {
     /// CSV field delimiter.
     #[arg(long, default_value = ",")]
     pub delimiter: char,
-    /// A running server (tokio-postgres connection string). Without it,
-    /// `--data` is opened and served in this process during the import.
+    /// A running server: a connection string ("host=… port=…"), whose
+    /// gaps PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE and PGSSLMODE
+    /// fill ('' for the environment alone). Without it, `--data` is
+    /// opened and served in this process during the import.
     #[arg(long, conflicts_with = "data")]
     pub connect: Option<String>,
     /// Data directory to import into (the server must not be running on
@@ -155,14 +156,14 @@ pub async fn run(args: ImportArgs) -> Result<(), String> {
         return Err(format!("{}: no such file", args.file.display()));
     }
     let (conn, embedded) = match &args.connect {
-        Some(c) => (c.clone(), None),
+        Some(c) => (crate::pgenv::client_config(c)?, None),
         None => {
             let settings = Settings {
                 data: args.data.clone().unwrap_or_else(|| "tablegate-data".into()),
                 ..Default::default()
             };
             let server = Embedded::start(settings).await?;
-            (server.conn_str(), Some(server))
+            (server.config(), Some(server))
         }
     };
     let result = import(&args, &format, &conn).await;
@@ -172,7 +173,11 @@ pub async fn run(args: ImportArgs) -> Result<(), String> {
     result
 }
 
-async fn import(args: &ImportArgs, format: &str, conn: &str) -> Result<(), String> {
+async fn import(
+    args: &ImportArgs,
+    format: &str,
+    conn: &tokio_postgres::Config,
+) -> Result<(), String> {
     let started = Instant::now();
     let ctx = SessionContext::new();
     let path = args.file.to_string_lossy().into_owned();
@@ -207,10 +212,7 @@ async fn import(args: &ImportArgs, format: &str, conn: &str) -> Result<(), Strin
     .map_err(|e| format!("{}: {e}", args.file.display()))?;
     let schema: Schema = df.schema().as_arrow().clone();
 
-    let (client, connection) = tokio_postgres::connect(conn, NoTls)
-        .await
-        .map_err(|e| format!("cannot connect to {conn}: {e}"))?;
-    tokio::spawn(connection);
+    let client = crate::pgenv::connect(conn).await?;
     let db = |e: tokio_postgres::Error| match e.as_db_error() {
         Some(d) => {
             let mut m = format!("{} ({})", d.message(), d.code().code());

@@ -12,6 +12,7 @@
 mod config;
 mod demo;
 mod import;
+mod pgenv;
 mod race;
 mod serve;
 mod stress;

@@ -117,6 +117,7 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
     let server = bind(planner, settings).await?;
     let addr = server.local_addr().map_err(err)?;
     println!("tablegate listening on {addr}");
+    let _socket = unix_socket(&settings.unix_socket_dir, addr).await;
     println!(
         "connect with: psql -h {} -p {} -U tablegate tablegate",
         addr.ip(),
@@ -127,6 +128,44 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
     server.run(shutdown_signal()).await.map_err(err)?;
     println!("tablegate stopped");
     Ok(())
+}
+
+/// The Unix-domain socket beside `addr`, when `dir` is set and usable; a
+/// note on stdout either way (the server runs without one).
+#[cfg(unix)]
+async fn unix_socket(
+    dir: &std::path::Path,
+    addr: SocketAddr,
+) -> Option<tablegate_gateway::unix::UnixRelay> {
+    if dir.as_os_str().is_empty() {
+        return None;
+    }
+    if !dir.is_dir() {
+        println!(
+            "no Unix-domain socket: {} does not exist (--unix-socket-dir)",
+            dir.display()
+        );
+        return None;
+    }
+    match tablegate_gateway::unix::UnixRelay::start(dir, addr).await {
+        Ok(relay) => {
+            println!(
+                "Unix-domain socket: {} (psql -p {} without -h)",
+                relay.path().display(),
+                addr.port()
+            );
+            Some(relay)
+        }
+        Err(e) => {
+            println!("no Unix-domain socket in {}: {e}", dir.display());
+            None
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn unix_socket(_: &std::path::Path, _: SocketAddr) -> Option<()> {
+    None
 }
 
 /// A server running inside this process (for `stress` and `import`
@@ -164,13 +203,14 @@ impl Embedded {
         })
     }
 
-    /// A tokio-postgres connection string for it.
-    pub fn conn_str(&self) -> String {
-        format!(
-            "host={} port={} user=tablegate dbname=tablegate",
-            self.addr.ip(),
-            self.addr.port()
-        )
+    /// Where to connect to it.
+    pub fn config(&self) -> tokio_postgres::Config {
+        let mut c = tokio_postgres::Config::new();
+        c.host(self.addr.ip().to_string())
+            .port(self.addr.port())
+            .user("tablegate")
+            .dbname("tablegate");
+        c
     }
 
     /// Stops it; the store closes (and syncs) when the server is gone.

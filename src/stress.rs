@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio_postgres::NoTls;
 
 use crate::config::Settings;
 use crate::serve::Embedded;
@@ -28,8 +27,10 @@ use crate::serve::Embedded;
 /// `tablegate stress` flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StressArgs {
-    /// A running server (tokio-postgres connection string); without it, a
-    /// server is started in this process on a temporary data directory.
+    /// A running server: a connection string ("host=… port=…"), whose
+    /// gaps the PG* environment variables fill ('' for the environment
+    /// alone); without it, a server is started in this process on a
+    /// temporary data directory.
     #[arg(long)]
     pub connect: Option<String>,
     /// Concurrent client connections.
@@ -118,12 +119,8 @@ impl Rng {
     }
 }
 
-async fn connect(conn: &str) -> Result<tokio_postgres::Client, String> {
-    let (client, connection) = tokio_postgres::connect(conn, NoTls)
-        .await
-        .map_err(|e| format!("cannot connect to {conn}: {e}"))?;
-    tokio::spawn(connection);
-    Ok(client)
+async fn connect(conn: &tokio_postgres::Config) -> Result<tokio_postgres::Client, String> {
+    crate::pgenv::connect(conn).await
 }
 
 fn is_throttled(e: &tokio_postgres::Error) -> bool {
@@ -148,7 +145,7 @@ pub async fn run(args: StressArgs) -> Result<(), String> {
     let mut _data = None;
     let mut embedded = None;
     let conn = match &args.connect {
-        Some(c) => c.clone(),
+        Some(c) => crate::pgenv::client_config(c)?,
         None => {
             let dir = tempfile::tempdir().map_err(err)?;
             let mut settings = Settings {
@@ -157,7 +154,7 @@ pub async fn run(args: StressArgs) -> Result<(), String> {
             };
             settings.throttle.per_partition = args.partition_target;
             let server = Embedded::start(settings).await?;
-            let c = server.conn_str();
+            let c = server.config();
             eprintln!(
                 "started a server in this process on {} (PartitionKey target {}/s)",
                 server.addr, args.partition_target
@@ -175,7 +172,11 @@ pub async fn run(args: StressArgs) -> Result<(), String> {
     result
 }
 
-async fn drive(args: &StressArgs, conn: &str, target: u64) -> Result<(), String> {
+async fn drive(
+    args: &StressArgs,
+    conn: &tokio_postgres::Config,
+    target: u64,
+) -> Result<(), String> {
     let setup = connect(conn).await?;
     let table = format!(
         "stress_{}",

@@ -24,6 +24,8 @@
 //!   `metrics` for the Prometheus endpoint.
 //! - [`encode`] — Arrow record batches to DataRows (text and binary).
 //! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
+//! - [`unix`] — the Unix-domain socket `DIR/.s.PGSQL.PORT`, relayed to the
+//!   TCP listener.
 
 pub mod admission;
 #[cfg(feature = "analytics")]
@@ -42,6 +44,8 @@ pub mod session;
 pub mod sqlstate;
 pub mod telemetry;
 pub mod tls;
+#[cfg(unix)]
+pub mod unix;
 
 pub use auth::{AuthMode, UserStore};
 pub use server::{Server, ServerConfig};

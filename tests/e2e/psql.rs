@@ -300,3 +300,90 @@ fn psql_prepare_and_execute() {
         assert!(!ok && err.contains(code), "{commands:?}: {err}");
     }
 }
+
+/// psql without `-h` reaches the server through the Unix-domain socket,
+/// as it reaches PostgreSQL (`/var/run/postgresql/.s.PGSQL.<port>` on
+/// Debian); Ctrl-C's cancel travels the same way; a graceful stop removes
+/// the socket file.
+#[test]
+fn psql_connects_through_the_unix_socket() {
+    let dir = std::path::Path::new("/var/run/postgresql");
+    std::fs::create_dir_all(dir).unwrap();
+    let s = TestServer::demo(&[
+        "--throttle",
+        "off",
+        "--unix-socket-dir",
+        "/var/run/postgresql",
+    ]);
+    let socket = dir.join(format!(".s.PGSQL.{}", s.port));
+    assert!(socket.exists(), "{}", socket.display());
+    let out = std::process::Command::new("psql")
+        .args([
+            "-X",
+            "-p",
+            &s.port.to_string(),
+            "-U",
+            "tablegate",
+            "tablegate",
+        ])
+        .args([
+            "-c",
+            "\\conninfo",
+            "-c",
+            "SELECT count(*) FROM registrations",
+        ])
+        .env_remove("PGHOST")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("via socket in \"/var/run/postgresql\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("(1 row)"), "{stdout}");
+    // A cancel request over the socket stops a running statement.
+    let mut slow = std::process::Command::new("psql")
+        .args(["-X", "-p", &s.port.to_string(), "-U", "tablegate", "tablegate"])
+        .args(["-c", "SELECT count(*) FROM registrations a, registrations b, registrations c, registrations d"])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // SIGINT is psql's Ctrl-C: it sends a CancelRequest.
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &slow.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = std::time::Instant::now();
+    let mut err = String::new();
+    std::io::Read::read_to_string(slow.stderr.as_mut().unwrap(), &mut err).unwrap();
+    slow.wait().unwrap();
+    assert!(err.contains("canceling statement"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(s.terminate(), "graceful shutdown on SIGTERM");
+    assert!(!socket.exists(), "the socket file outlived the server");
+}
+
+/// The same through a socket directory given as psql's host.
+#[test]
+fn psql_connects_through_a_socket_directory() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let out = std::process::Command::new("psql")
+        .args(["-X", "-h"])
+        .arg(s.socket_dir.path())
+        .args(["-p", &s.port.to_string(), "-U", "tablegate", "tablegate"])
+        .args(["-c", "SELECT 40 + 2 AS answer"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("42"), "{stdout}");
+}

@@ -11,6 +11,9 @@ pub struct TestServer {
     /// Everything the server printed on stdout so far.
     pub stdout: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     _dir: Option<tempfile::TempDir>,
+    /// The directory of the server's Unix-domain socket: one per server,
+    /// so a killed server leaves no socket file in the system's directory.
+    pub socket_dir: tempfile::TempDir,
 }
 
 impl TestServer {
@@ -32,7 +35,7 @@ impl TestServer {
             .arg(dir.path())
             .args(runners)
             .args(extra);
-        let mut s = Self::start(cmd);
+        let mut s = Self::start(cmd, extra);
         s._dir = Some(dir);
         s
     }
@@ -44,10 +47,14 @@ impl TestServer {
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(dir)
             .args(extra);
-        Self::start(cmd)
+        Self::start(cmd, extra)
     }
 
-    fn start(mut cmd: Command) -> TestServer {
+    fn start(mut cmd: Command, extra: &[&str]) -> TestServer {
+        let socket_dir = tempfile::tempdir().unwrap();
+        if !extra.contains(&"--unix-socket-dir") {
+            cmd.arg("--unix-socket-dir").arg(socket_dir.path());
+        }
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -81,6 +88,7 @@ impl TestServer {
             port,
             stdout: lines,
             _dir: None,
+            socket_dir,
         }
     }
 
