@@ -22,6 +22,9 @@ pub mod types;
 
 pub use catalog::{CATALOG_TABLE, Catalog, Created};
 pub use error::{CatalogError, Result};
-pub use table::{Column, ColumnDefault, ColumnRef, ETAG_COLUMN, Role, TIMESTAMP_COLUMN, TableDef};
+pub use table::{
+    BUCKET_COLUMN, Column, ColumnDefault, ColumnRef, ETAG_COLUMN, HIDDEN_BUCKETS, ROWID_COLUMN,
+    Role, TIMESTAMP_COLUMN, TableDef,
+};
 pub use tablegate_store as store;
 pub use types::SqlType;

@@ -16,6 +16,14 @@ use crate::types::SqlType;
 pub const TIMESTAMP_COLUMN: &str = "timestamp";
 /// The read-only system column holding the ETag (only when named).
 pub const ETAG_COLUMN: &str = "etag";
+/// The hidden PartitionKey column of a table declared without a primary
+/// key: one of [`HIDDEN_BUCKETS`] hash buckets.
+pub const BUCKET_COLUMN: &str = "tg_bucket";
+/// The hidden RowKey column of a table declared without a primary key: a
+/// time-ordered unique id.
+pub const ROWID_COLUMN: &str = "tg_rowid";
+/// PartitionKeys a table without a primary key spreads its rows over.
+pub const HIDDEN_BUCKETS: u32 = 16;
 
 /// A user column.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +37,11 @@ pub struct Column {
     /// DEFAULT for INSERTs that do not name the column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<ColumnDefault>,
+    /// A key the table was given because it declared none: left out of
+    /// `SELECT *`, positional INSERT and COPY column lists and the
+    /// catalog views, still readable by name.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
 }
 
 impl Column {
@@ -39,6 +52,7 @@ impl Column {
             ty: SqlType::Text,
             not_null: true,
             default: None,
+            hidden: false,
         }
     }
 
@@ -49,6 +63,17 @@ impl Column {
             ty,
             not_null: false,
             default: None,
+            hidden: false,
+        }
+    }
+
+    fn hidden_key(name: &str, default: ColumnDefault) -> Column {
+        Column {
+            name: name.to_owned(),
+            ty: SqlType::Text,
+            not_null: true,
+            default: Some(default),
+            hidden: true,
         }
     }
 }
@@ -63,6 +88,14 @@ pub enum ColumnDefault {
     Now,
     /// `gen_random_uuid()`.
     RandomUuid,
+    /// The hidden PartitionKey of a table without a primary key: a hash
+    /// bucket, one per session, so concurrent writers spread over
+    /// [`HIDDEN_BUCKETS`] partitions while one session's transaction stays
+    /// in one.
+    Bucket,
+    /// The hidden RowKey of a table without a primary key: the time in
+    /// microseconds and 64 random bits, in hex.
+    RowId,
 }
 
 /// What a column is in the store.
@@ -120,15 +153,16 @@ impl TableDef {
             }
             check_column_name(&c.name)?;
         }
-        let key_hint = "declare PRIMARY KEY (partition_key_column [, row_key_column])";
         let (pk, rk) = match primary_key {
+            // No primary key: hidden keys (see `ColumnDefault::Bucket`).
             [] => {
-                return Err(CatalogError::InvalidKey {
-                    reason: format!(
-                        "table \"{name}\" needs a primary key: its first column is the PartitionKey, its second the RowKey"
-                    ),
-                    hint: key_hint,
-                });
+                columns.push(Column::hidden_key(BUCKET_COLUMN, ColumnDefault::Bucket));
+                columns.push(Column::hidden_key(ROWID_COLUMN, ColumnDefault::RowId));
+                return TableDef::new(
+                    name,
+                    columns,
+                    &[BUCKET_COLUMN.to_owned(), ROWID_COLUMN.to_owned()],
+                );
             }
             [pk] => (pk.clone(), None),
             [pk, rk] => (pk.clone(), Some(rk.clone())),
@@ -243,9 +277,21 @@ impl TableDef {
         }
     }
 
+    /// True when the table was declared without a primary key and has
+    /// hidden keys.
+    pub fn keyless(&self) -> bool {
+        self.columns.iter().any(|c| c.hidden)
+    }
+
+    /// The columns a user declared, in order (no hidden keys): what
+    /// positional INSERT and COPY fill.
+    pub fn visible(&self) -> impl Iterator<Item = &Column> {
+        self.columns.iter().filter(|c| !c.hidden)
+    }
+
     /// The columns of `SELECT *`: user columns, then `timestamp`.
     pub fn star(&self) -> Vec<ColumnRef> {
-        let mut v: Vec<ColumnRef> = self.columns.iter().map(|c| self.column_ref(c)).collect();
+        let mut v: Vec<ColumnRef> = self.visible().map(|c| self.column_ref(c)).collect();
         v.push(self.resolve(TIMESTAMP_COLUMN).expect("system column"));
         v
     }
@@ -455,7 +501,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("at most two"), "{err}");
-        assert!(TableDef::new("bad", vec![col("a", SqlType::Text)], &[]).is_err());
+        // No primary key: hidden keys, not in SELECT *.
+        let t = TableDef::new("nokey", vec![col("a", SqlType::Int4)], &[]).unwrap();
+        assert!(t.keyless());
+        assert_eq!(t.partition_key, BUCKET_COLUMN);
+        assert_eq!(t.row_key.as_deref(), Some(ROWID_COLUMN));
+        let star: Vec<String> = t.star().into_iter().map(|c| c.name).collect();
+        assert_eq!(star, ["a", "timestamp"]);
+        assert_eq!(t.visible().count(), 1);
+        // A column added later is visible; the keys stay hidden.
+        let t = t.with_column(col("b", SqlType::Text)).unwrap();
+        let names: Vec<&str> = t.visible().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(t.keyless());
     }
 
     #[test]

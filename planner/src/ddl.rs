@@ -43,6 +43,7 @@ pub fn column(c: &ast::ColumnDef) -> Result<(Column, bool)> {
             ty,
             not_null,
             default,
+            hidden: false,
         },
         primary,
     ))

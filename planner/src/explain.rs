@@ -230,7 +230,13 @@ pub fn advice(b: &BoundSelect, est: &Estimate) -> Vec<String> {
     let mut out = Vec::new();
     let access = &b.access;
     let table = &b.plan.table;
-    if access.class == AccessClass::FullScan {
+    if table.keyless() && access.class == AccessClass::FullScan {
+        out.push(format!(
+            "{} has no primary key: its rows have hidden keys ({} buckets × a time-ordered id), so every query reads all of it. Declare PRIMARY KEY (partition_key_column [, row_key_column]) when the table is created for point and range queries.",
+            table.name,
+            tablegate_catalog::HIDDEN_BUCKETS
+        ));
+    } else if access.class == AccessClass::FullScan {
         let rk_only = table.row_key.is_some()
             && access
                 .spans

@@ -319,10 +319,23 @@ impl Planner {
                     .catalog
                     .create_table(def.clone(), *if_not_exists)
                     .await?;
+                let notice = if created == Created::AlreadyExisted {
+                    Some(format!(
+                        "relation \"{}\" already exists, skipping",
+                        def.name
+                    ))
+                } else if def.keyless() {
+                    Some(format!(
+                        "table \"{}\" has no primary key: its rows get hidden keys ({} buckets, one per session, and a time-ordered id), so inserts spread over partitions but every query reads the whole table (a full scan) and no read is a point lookup. Declare PRIMARY KEY (partition_key_column [, row_key_column]) for point and range queries.",
+                        def.name,
+                        tablegate_catalog::HIDDEN_BUCKETS
+                    ))
+                } else {
+                    None
+                };
                 Ok(DdlOutcome {
                     tag: "CREATE TABLE",
-                    notice: (created == Created::AlreadyExisted)
-                        .then(|| format!("relation \"{}\" already exists, skipping", def.name)),
+                    notice,
                 })
             }
             Plan::DropTable { names, if_exists } => {

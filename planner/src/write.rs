@@ -202,7 +202,24 @@ pub fn default_value(col: &ColumnRef, table: &TableDef) -> Result<Option<Value>>
         Some(ColumnDefault::Constant(t)) => Some(col.ty.parse_text(&t)?),
         Some(ColumnDefault::Now) => Some(Value::DateTime(tablegate_store::DateTime(now_micros()))),
         Some(ColumnDefault::RandomUuid) => Some(Value::Guid(*uuid::Uuid::new_v4().as_bytes())),
+        Some(ColumnDefault::Bucket) => Some(Value::String(SESSION_BUCKET.with(|b| b.clone()))),
+        Some(ColumnDefault::RowId) => Some(Value::String(format!(
+            "{:014x}-{:016x}",
+            now_micros(),
+            uuid::Uuid::new_v4().as_u128() as u64
+        ))),
     })
+}
+
+thread_local! {
+    /// A table without a primary key puts this connection's rows in one
+    /// hash bucket (connections run on threads of their own), so one
+    /// session's transaction stays in one PartitionKey while concurrent
+    /// sessions spread over the buckets.
+    static SESSION_BUCKET: String = format!(
+        "b{:02}",
+        uuid::Uuid::new_v4().as_u128() % u128::from(tablegate_catalog::HIDDEN_BUCKETS)
+    );
 }
 
 impl VExpr {
@@ -721,8 +738,7 @@ pub fn plan_insert(catalog: &Catalog, ins: &ast::Insert, sql: &str) -> Result<Wr
     let alias = ins.table_alias.as_ref().map(|a| fold(&a.alias));
     let mut b = Binder::new(&table, alias, sql);
     let user: Vec<ColumnRef> = table
-        .columns
-        .iter()
+        .visible()
         .map(|c| table.resolve(&c.name))
         .collect::<std::result::Result<_, _>>()?;
     let columns: Vec<ColumnRef> = if ins.columns.is_empty() {
@@ -1052,8 +1068,7 @@ fn copy_columns(
 ) -> Result<Vec<ColumnRef>> {
     if columns.is_empty() {
         return table
-            .columns
-            .iter()
+            .visible()
             .map(|c| Ok(table.resolve(&c.name)?))
             .collect();
     }

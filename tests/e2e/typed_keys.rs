@@ -1,9 +1,11 @@
-//! Typed key columns against PostgreSQL 15: tables keyed by bigint,
+//! Tables the way people write them. Typed key columns against PostgreSQL
+//! 15: tables keyed by bigint,
 //! (integer, timestamptz) and uuid, the same rows in both, and generated
 //! key predicates (every comparison, BETWEEN, IN, NOT IN, row values,
 //! fractions and values beyond the type's range, negatives) giving the same
 //! rows. Also: range predicates stay row-range / partition-range queries,
-//! writes by typed key, and the errors a typed key can give.
+//! writes by typed key, and the errors a typed key can give. Tables
+//! without a primary key: hidden keys, the same rows as PostgreSQL.
 
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
@@ -363,4 +365,89 @@ async fn typed_keys_are_key_spans_and_errors_are_clear() {
         .await
         .unwrap();
     assert_eq!(rows, vec![vec![Some("7".into()), Some("1".into())]]);
+}
+
+/// A table without a primary key: a NOTICE at CREATE, hidden keys that
+/// `SELECT *` does not show, one session's transaction in one bucket,
+/// sessions spread over buckets, and the same rows as PostgreSQL after
+/// inserts, updates, deletes and COPY.
+#[tokio::test]
+async fn tables_without_a_primary_key_work_like_postgresql() {
+    let pg = PgRef::start();
+    let p = connect(&pg.conn_str()).await;
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let t = connect(&s.conn_str()).await;
+    let create = "CREATE TABLE logs (at bigint, level text, msg text)";
+    p.batch_execute(create).await.unwrap();
+    let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (t2, mut conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    let seen = notices.clone();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = futures::StreamExt::next(&mut messages).await {
+            if let tokio_postgres::AsyncMessage::Notice(n) = m {
+                seen.lock().unwrap().push(n.message().to_owned());
+            }
+        }
+    });
+    t2.batch_execute(create).await.unwrap();
+    let notice = notices.lock().unwrap().join("\n");
+    assert!(notice.contains("has no primary key"), "{notice}");
+    let statements = [
+        "INSERT INTO logs VALUES (1, 'info', 'a'), (2, 'warn', 'b'), (3, 'info', NULL)",
+        "INSERT INTO logs (level, msg) VALUES ('error', 'c')",
+        "BEGIN",
+        "INSERT INTO logs VALUES (4, 'info', 'd')",
+        "INSERT INTO logs VALUES (5, 'debug', 'e')",
+        "COMMIT",
+        "UPDATE logs SET level = 'trace' WHERE at >= 4",
+        "DELETE FROM logs WHERE msg = 'b'",
+        "INSERT INTO logs VALUES (1, 'info', 'a')",
+    ];
+    for sql in statements {
+        p.batch_execute(sql).await.unwrap();
+        t.batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+    for sql in [
+        "SELECT at, level, msg FROM logs ORDER BY at, msg",
+        "SELECT level, count(*) FROM logs GROUP BY level ORDER BY level",
+        "SELECT count(*) FROM logs WHERE msg IS NULL",
+    ] {
+        assert_eq!(query(&p, sql).await, query(&t, sql).await, "{sql}");
+    }
+    // SELECT * shows the declared columns (and the store's timestamp).
+    let star = t.prepare("SELECT * FROM logs").await.unwrap();
+    let names: Vec<&str> = star.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["at", "level", "msg", "timestamp"]);
+    // Sessions spread over buckets; each session keeps to one.
+    let mut buckets = std::collections::BTreeSet::new();
+    for i in 0..8 {
+        let c = connect(&s.conn_str()).await;
+        c.batch_execute(&format!(
+            "INSERT INTO logs VALUES ({i}, 'x', 's'); INSERT INTO logs VALUES ({i}, 'y', 's')"
+        ))
+        .await
+        .unwrap();
+        let rows = query(
+            &c,
+            &format!("SELECT tg_bucket FROM logs WHERE at = {i} AND msg = 's'"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0], rows[1], "one session, one bucket");
+        buckets.insert(rows[0][0].clone());
+    }
+    assert!(buckets.len() > 1, "8 sessions, one bucket: {buckets:?}");
+    let plan = query(&t, "EXPLAIN SELECT msg FROM logs WHERE level = 'info'")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r[0].clone().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(plan.contains("Class: full-scan"), "{plan}");
+    assert!(plan.contains("has no primary key"), "{plan}");
 }

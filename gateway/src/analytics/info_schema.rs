@@ -120,6 +120,8 @@ impl InfoSchema {
                             ColumnDefault::Constant(v) => format!("'{}'", v.replace('\'', "''")),
                             ColumnDefault::Now => "now()".into(),
                             ColumnDefault::RandomUuid => "gen_random_uuid()".into(),
+                            // Hidden keys are not listed (star() leaves them out).
+                            ColumnDefault::Bucket | ColumnDefault::RowId => String::new(),
                         });
                         let row = [
                             db(),
