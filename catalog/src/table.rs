@@ -67,6 +67,11 @@ impl Column {
         }
     }
 
+    /// An identity column (`serial`, `GENERATED … AS IDENTITY`).
+    pub fn is_identity(&self) -> bool {
+        matches!(self.default, Some(ColumnDefault::Identity { .. }))
+    }
+
     fn hidden_key(name: &str, default: ColumnDefault) -> Column {
         Column {
             name: name.to_owned(),
@@ -88,6 +93,13 @@ pub enum ColumnDefault {
     Now,
     /// `gen_random_uuid()`.
     RandomUuid,
+    /// An identity column (`serial`, `bigserial`, `GENERATED … AS
+    /// IDENTITY`): the next id of the column's counter. `always` refuses
+    /// an explicit value (`GENERATED ALWAYS`).
+    Identity {
+        /// `GENERATED ALWAYS` (else `BY DEFAULT` or serial).
+        always: bool,
+    },
     /// The hidden PartitionKey of a table without a primary key: a hash
     /// bucket, one per session, so concurrent writers spread over
     /// [`HIDDEN_BUCKETS`] partitions while one session's transaction stays

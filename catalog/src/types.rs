@@ -57,9 +57,7 @@ impl SqlType {
                     "date" | "time" | "timetz" | "interval" => "use TIMESTAMPTZ (Edm.DateTime)",
                     "char" | "character" | "bpchar" | "citext" | "name" => "use TEXT",
                     "json" | "jsonb" | "xml" => "store the document as TEXT",
-                    "serial" | "bigserial" | "smallserial" => {
-                        "the store has no sequences: use BIGINT and generate keys in the application (or a UUID)"
-                    }
+                    "smallserial" => "use SERIAL (integer) or BIGSERIAL",
                     _ => {
                         "supported types: TEXT, VARCHAR, INTEGER, BIGINT, DOUBLE PRECISION, REAL, BOOLEAN, TIMESTAMPTZ, TIMESTAMP, UUID, BYTEA"
                     }

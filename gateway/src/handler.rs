@@ -269,6 +269,9 @@ impl CursorQuery {
 
 /// A `COPY ... FROM STDIN` in progress: parser state, rows not yet
 /// written, and what was written so far.
+/// Identity ids a COPY reserves at once.
+const COPY_IDS: usize = 1_000;
+
 struct CopyIn {
     plan: Arc<WritePlan>,
     columns: Vec<ColumnRef>,
@@ -1779,6 +1782,10 @@ impl ConnHandler {
                     return;
                 }
             };
+            if let Err(e) = self.copy_identity_ids(st).await {
+                st.error = Some(e);
+                return;
+            }
             match copy_row(&st.plan, &st.columns, rec) {
                 Ok(row) => st.rows.push(row),
                 Err(e) => {
@@ -1800,6 +1807,25 @@ impl ConnHandler {
         if !st.rows.is_empty() && (last || in_txn) {
             self.copy_flush(st).await;
         }
+    }
+
+    /// Ids for the identity columns COPY leaves to their default, reserved
+    /// a block at a time (`tablegate_planner::identity`).
+    async fn copy_identity_ids(&self, st: &CopyIn) -> Result<(), PgError> {
+        let table = &st.plan.table;
+        for c in table.columns.iter().filter(|c| c.is_identity()) {
+            if st.columns.iter().any(|x| x.name == c.name)
+                || tablegate_planner::identity::remaining(&table.name, &c.name) > 0
+            {
+                continue;
+            }
+            self.planner
+                .identities()
+                .reserve(&table.name, &c.name, COPY_IDS)
+                .await
+                .map_err(|e| PgError::from(&e))?;
+        }
+        Ok(())
     }
 
     /// Writes (or, inside BEGIN, stages) the rows a COPY has buffered.

@@ -206,6 +206,11 @@ impl From<&PlanError> for PgError {
             }
             PlanError::TypeMismatch { hint, .. } => PgError::new("42883", m).hint(hint.clone()),
             PlanError::InvalidValue(_) => PgError::new("22P02", m),
+            PlanError::GeneratedAlways { column } => PgError::new("428C9", m)
+                .detail(format!(
+                    "Column \"{column}\" is an identity column defined as GENERATED ALWAYS."
+                ))
+                .hint("leave the column out of the INSERT (or write DEFAULT): its value is generated"),
             PlanError::InvalidParameter(_) => PgError::new("22023", m),
             PlanError::Unsupported { hint, .. } => PgError::new("0A000", m).hint(hint.clone()),
             PlanError::NeedsAnalytics { .. } => PgError::new("0A000", m).hint(

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tablegate_catalog::{ColumnRef, Role, TableDef};
+use tablegate_catalog::{ColumnDefault, ColumnRef, Role, TableDef};
 
 use tablegate_store::RetryPolicy;
 use tablegate_store::partition::retry::{self, RetryStats, with_retry};
@@ -27,9 +27,12 @@ use tablegate_store::{
 
 use crate::error::{PlanError, Result};
 use crate::exec::{ExecOptions, scan_entities};
+use crate::identity::Identities;
 use crate::plan::BoundSelect;
 use crate::txn::{Change, Transaction};
-use crate::write::{EvalCtx, InsertSource, OnConflict, Row, WriteKind, WritePlan, assign, cast};
+use crate::write::{
+    EvalCtx, InsertSource, OnConflict, Row, VExpr, WriteKind, WritePlan, assign, cast,
+};
 
 /// What a write statement did.
 #[derive(Debug, Clone, Default)]
@@ -91,11 +94,14 @@ struct Runner<'a> {
     opts: &'a ExecOptions,
     /// The scan's bound access (UPDATE / DELETE), for re-checking WHERE.
     bound: Option<BoundSelect>,
+    /// Identity columns' ids (INSERT; COPY's rows come with theirs).
+    ids: Option<&'a Identities>,
 }
 
 /// Runs a write. `txn` is the open transaction, if any.
 pub async fn run(
     store: &Backend,
+    ids: &Identities,
     plan: &WritePlan,
     params: &[Option<Value>],
     txn: Option<&mut Transaction>,
@@ -107,6 +113,7 @@ pub async fn run(
         params,
         opts,
         bound: None,
+        ids: Some(ids),
     };
     let mut opts = opts.clone();
     // Only a statement that scans (INSERT ... SELECT, UPDATE, DELETE) needs
@@ -187,6 +194,7 @@ pub async fn insert_rows(
         params: &[],
         opts,
         bound: None,
+        ids: None,
     };
     let mut sink = match txn {
         Some(t) => Sink::Txn(t, WriteOutcome::default()),
@@ -280,6 +288,44 @@ impl Runner<'_> {
             current: None,
             excluded: None,
         };
+        // Identity columns: `GENERATED ALWAYS` takes no value; ids for the
+        // rows are reserved before they are built (`identity`).
+        let identity: Vec<&ColumnRef> = targets
+            .iter()
+            .filter(|(c, _)| {
+                table
+                    .columns
+                    .iter()
+                    .any(|d| d.name == c.name && d.is_identity())
+            })
+            .map(|(c, _)| &**c)
+            .collect();
+        for (col, i) in targets {
+            let always = table.columns.iter().any(|d| {
+                d.name == col.name
+                    && matches!(d.default, Some(ColumnDefault::Identity { always: true }))
+            });
+            let Some(i) = i else { continue };
+            let explicit = match source {
+                InsertSource::Values(rows) => rows
+                    .iter()
+                    .any(|r| r.get(*i).is_some_and(|e| !matches!(e, VExpr::Default))),
+                InsertSource::Query(_) => true,
+            };
+            if always && explicit {
+                return Err(PlanError::GeneratedAlways {
+                    column: col.name.clone(),
+                });
+            }
+        }
+        let reserve = |n: usize| async move {
+            if let Some(ids) = self.ids {
+                for col in &identity {
+                    ids.reserve(&table.name, &col.name, n).await?;
+                }
+            }
+            Ok::<(), PlanError>(())
+        };
         let build = |given: &dyn Fn(usize) -> Result<Option<Option<Value>>>| -> Result<Row> {
             let mut row = Vec::with_capacity(targets.len());
             for (col, i) in targets {
@@ -292,36 +338,41 @@ impl Runner<'_> {
             Ok(row)
         };
         match source {
-            InsertSource::Values(rows) => rows
-                .iter()
-                .map(|exprs| {
-                    build(&|i| match exprs.get(i) {
-                        // Fewer values than columns: the rest take DEFAULT.
-                        None => Ok(None),
-                        Some(e) => assign(e, &columns[i], &ctx).map(Some),
+            InsertSource::Values(rows) => {
+                reserve(rows.len()).await?;
+                rows.iter()
+                    .map(|exprs| {
+                        build(&|i| match exprs.get(i) {
+                            // Fewer values than columns: the rest take DEFAULT.
+                            None => Ok(None),
+                            Some(e) => assign(e, &columns[i], &ctx).map(Some),
+                        })
                     })
-                })
-                .collect(),
+                    .collect()
+            }
             InsertSource::Query(select) => {
                 // Read fully before writing: a SELECT over the same table
                 // must not see this statement's own inserts.
                 let bound = select.bind(self.params)?;
                 let mut pages = scan_entities(self.store, &bound, opts)?;
-                let mut out = Vec::new();
+                let mut read = Vec::new();
                 while let Some(page) = pages.next().await {
-                    for e in page? {
-                        out.push(build(&|i| match select.columns.get(i) {
+                    read.extend(page?);
+                }
+                reserve(read.len()).await?;
+                read.iter()
+                    .map(|e| {
+                        build(&|i| match select.columns.get(i) {
                             None => Ok(None),
                             Some(oc) => select
                                 .table
-                                .value_of(&e, &oc.column)
+                                .value_of(e, &oc.column)
                                 .map(|v| cast(v, columns[i].ty, &columns[i].name))
                                 .transpose()
                                 .map(Some),
-                        })?);
-                    }
-                }
-                Ok(out)
+                        })
+                    })
+                    .collect()
             }
         }
     }

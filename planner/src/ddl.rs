@@ -19,16 +19,37 @@ fn object_name(n: &ast::ObjectName) -> Result<String> {
 
 /// One column definition.
 pub fn column(c: &ast::ColumnDef) -> Result<(Column, bool)> {
-    let ty = SqlType::parse(&c.data_type.to_string())?;
-    let mut not_null = false;
+    // `serial` and `bigserial` are an integer with an identity default.
+    let type_name = c.data_type.to_string().to_ascii_lowercase();
+    let (ty, mut default) = match type_name.as_str() {
+        "serial" | "serial4" => (
+            SqlType::Int4,
+            Some(ColumnDefault::Identity { always: false }),
+        ),
+        "bigserial" | "serial8" => (
+            SqlType::Int8,
+            Some(ColumnDefault::Identity { always: false }),
+        ),
+        _ => (SqlType::parse(&type_name)?, None),
+    };
+    let mut not_null = default.is_some();
     let mut primary = false;
-    let mut default = None;
     for o in &c.options {
         match &o.option {
             ColumnOption::NotNull => not_null = true,
             ColumnOption::Null => {}
             ColumnOption::PrimaryKey(_) => primary = true,
             ColumnOption::Default(e) => default = Some(column_default(e, ty)?),
+            ColumnOption::Generated {
+                generated_as: generated @ (ast::GeneratedAs::Always | ast::GeneratedAs::ByDefault),
+                generation_expr: None,
+                ..
+            } if matches!(ty, SqlType::Int4 | SqlType::Int8) => {
+                default = Some(ColumnDefault::Identity {
+                    always: matches!(generated, ast::GeneratedAs::Always),
+                });
+                not_null = true;
+            }
             other => {
                 return Err(PlanError::Unsupported {
                     feature: format!("column option {other}"),

@@ -147,6 +147,12 @@ pub enum PlanError {
     /// The catalog refused.
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    /// A value for a `GENERATED ALWAYS AS IDENTITY` column.
+    #[error("cannot insert a non-DEFAULT value into column \"{column}\"")]
+    GeneratedAlways {
+        /// The identity column.
+        column: String,
+    },
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -78,6 +78,7 @@ pub mod error;
 pub mod exec;
 pub mod explain;
 pub mod expr;
+pub mod identity;
 pub mod keys;
 pub mod plan;
 pub mod txn;
@@ -162,6 +163,7 @@ pub struct DdlOutcome {
 pub struct Planner {
     catalog: Arc<Catalog>,
     store: Backend,
+    identities: Arc<identity::Identities>,
 }
 
 impl Planner {
@@ -177,6 +179,7 @@ impl Planner {
         };
         Ok(Planner {
             catalog: Arc::new(catalog),
+            identities: Arc::new(identity::Identities::new(store.system())),
             store,
         })
     }
@@ -189,6 +192,11 @@ impl Planner {
     /// The store.
     pub fn store(&self) -> &Backend {
         &self.store
+    }
+
+    /// The identity columns' id blocks.
+    pub fn identities(&self) -> &identity::Identities {
+        &self.identities
     }
 
     /// Parses SQL text (PostgreSQL dialect) into statements.
@@ -303,7 +311,7 @@ impl Planner {
         txn: Option<&mut Transaction>,
         opts: &ExecOptions,
     ) -> Result<WriteOutcome> {
-        apply::run(&self.store, plan, params, txn, opts).await
+        apply::run(&self.store, &self.identities, plan, params, txn, opts).await
     }
 
     /// COMMIT: the transaction's writes as one entity-group transaction.
@@ -323,6 +331,15 @@ impl Planner {
                     Some(format!(
                         "relation \"{}\" already exists, skipping",
                         def.name
+                    ))
+                } else if let Some(c) = def
+                    .columns
+                    .iter()
+                    .find(|c| c.is_identity() && c.name == def.partition_key)
+                {
+                    Some(format!(
+                        "identity column \"{}\" is the PartitionKey of \"{}\": every new row takes the next id, so inserts always land at the end of the key range, the append-only pattern the seeds warn of (one range partition takes every insert). If rows are read by other keys too, key the table by those (a tenant, a date bucket) and keep the id as the RowKey.",
+                        c.name, def.name
                     ))
                 } else if def.keyless() {
                     Some(format!(
@@ -350,8 +367,14 @@ impl Planner {
                 }
                 let mut missing = Vec::new();
                 for n in names {
+                    let identity = self
+                        .catalog
+                        .table(n)
+                        .is_ok_and(|t| t.columns.iter().any(|c| c.is_identity()));
                     if !self.catalog.drop_table(n, *if_exists).await? {
                         missing.push(n.clone());
+                    } else if identity {
+                        self.identities.drop_table(n).await?;
                     }
                 }
                 Ok(DdlOutcome {

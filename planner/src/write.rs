@@ -202,6 +202,18 @@ pub fn default_value(col: &ColumnRef, table: &TableDef) -> Result<Option<Value>>
         Some(ColumnDefault::Constant(t)) => Some(col.ty.parse_text(&t)?),
         Some(ColumnDefault::Now) => Some(Value::DateTime(tablegate_store::DateTime(now_micros()))),
         Some(ColumnDefault::RandomUuid) => Some(Value::Guid(*uuid::Uuid::new_v4().as_bytes())),
+        Some(ColumnDefault::Identity { .. }) => {
+            let id = crate::identity::take(&table.name, &col.name)?;
+            Some(match col.ty {
+                SqlType::Int4 => Value::Int32(i32::try_from(id).map_err(|_| {
+                    PlanError::InvalidValue(format!(
+                        "identity column \"{}\" reached the end of integer: declare it bigint (bigserial)",
+                        col.name
+                    ))
+                })?),
+                _ => Value::Int64(id),
+            })
+        }
         Some(ColumnDefault::Bucket) => Some(Value::String(SESSION_BUCKET.with(|b| b.clone()))),
         Some(ColumnDefault::RowId) => Some(Value::String(format!(
             "{:014x}-{:016x}",

@@ -142,9 +142,18 @@ class Device(Base):
     name: Mapped[str] = mapped_column(Text)
 
 
+# The ORM's usual model: an autoincrement Integer key (SERIAL), ids
+# assigned by the server and read back with RETURNING.
+class Note(Base):
+    __tablename__ = "sa_notes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    body: Mapped[str] = mapped_column(Text)
+
+
 with engine.connect() as c:
     c.execute(text("DROP TABLE IF EXISTS sa_tickets"))
     c.execute(text("DROP TABLE IF EXISTS sa_devices"))
+    c.execute(text("DROP TABLE IF EXISTS sa_notes"))
     c.commit()
 Base.metadata.create_all(engine)
 device_ids = [uuid.UUID(int=(i * 0x9E3779B97F4A7C15) % (1 << 128)) for i in range(1, 5)]
@@ -155,6 +164,13 @@ with Session(engine) as s:
     for n, d in enumerate(device_ids):
         s.add(Device(id=d, name=f"d{n}"))
         s.commit()
+with Session(engine) as s:
+    notes = [Note(body=b) for b in ["first", "second", "third"]]
+    for n in notes:
+        s.add(n)
+        s.commit()
+    out("orm serial ids", [n.id for n in notes])
+    out("orm serial get", s.get(Note, 2).body)
 with Session(engine) as s:
     out("orm int get", s.get(Ticket, 7).title)
     out("orm int range", [t.id for t in s.scalars(select(Ticket).where(Ticket.id >= 2, Ticket.id < 100).order_by(Ticket.id))])
@@ -168,7 +184,7 @@ with Session(engine) as s:
 
 insp = inspect(engine)
 out("tables", sorted(t for t in insp.get_table_names() if t.startswith("sa_")))
-for t in ["sa_orders", "sa_customers", "sa_tickets", "sa_devices"]:
+for t in ["sa_orders", "sa_customers", "sa_tickets", "sa_devices", "sa_notes"]:
     # Every tablegate table also has the store's Timestamp column (SELECT *
     # shows it too). Primary-key reflection (pg_constraint) is not there yet.
     cols = [(col["name"], str(col["type"]), col["nullable"]) for col in insp.get_columns(t)]

@@ -451,3 +451,81 @@ async fn tables_without_a_primary_key_work_like_postgresql() {
     assert!(plan.contains("Class: full-scan"), "{plan}");
     assert!(plan.contains("has no primary key"), "{plan}");
 }
+
+/// Identity columns (`serial`, `bigserial`, `GENERATED … AS IDENTITY`):
+/// the ids PostgreSQL gives on a fresh table, RETURNING, DEFAULT, COPY,
+/// transactions, the 428C9 refusal of a value for GENERATED ALWAYS; after a
+/// restart ids stay unique and increasing (a gap, as with a sequence's
+/// cache).
+#[tokio::test]
+async fn identity_columns_number_rows_like_postgresql() {
+    let pg = PgRef::start();
+    let p = connect(&pg.conn_str()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let t = connect(&s.conn_str()).await;
+    let statements = [
+        "CREATE TABLE items (id serial PRIMARY KEY, name text)",
+        "CREATE TABLE lines (tenant text, n bigint GENERATED ALWAYS AS IDENTITY, what text, \
+         PRIMARY KEY (tenant, n))",
+        "CREATE TABLE notes (k text PRIMARY KEY, seq bigserial, body text)",
+        "INSERT INTO items (name) VALUES ('a'), ('b')",
+        "INSERT INTO items VALUES (DEFAULT, 'c')",
+        "INSERT INTO lines (tenant, what) VALUES ('t1', 'x'), ('t1', 'y')",
+        "BEGIN",
+        "INSERT INTO lines (tenant, what) VALUES ('t2', 'p')",
+        "INSERT INTO lines (tenant, what) VALUES ('t2', 'q')",
+        "COMMIT",
+        "INSERT INTO notes (k, body) VALUES ('k1', 'one'), ('k2', 'two'), ('k3', NULL)",
+        "INSERT INTO notes (k, body) SELECT name, name FROM items WHERE id = 1",
+    ];
+    for sql in statements {
+        p.batch_execute(sql).await.unwrap();
+        t.batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+    }
+    let returning = "INSERT INTO items (name) VALUES ('d') RETURNING id, name";
+    assert_eq!(query(&p, returning).await, query(&t, returning).await);
+    let copy = "COPY lines (tenant, what) FROM STDIN";
+    for c in [&p, &t] {
+        let sink = c.copy_in(copy).await.unwrap();
+        futures::pin_mut!(sink);
+        futures::SinkExt::send(&mut sink, bytes::Bytes::from_static(b"t3\tc1\nt3\tc2\n"))
+            .await
+            .unwrap();
+        sink.finish().await.unwrap();
+    }
+    for sql in [
+        "SELECT id, name FROM items ORDER BY id",
+        "SELECT tenant, n, what FROM lines ORDER BY n",
+        "SELECT k, seq, body FROM notes ORDER BY seq",
+    ] {
+        assert_eq!(query(&p, sql).await, query(&t, sql).await, "{sql}");
+    }
+    let refuse = "INSERT INTO lines (tenant, n, what) VALUES ('t1', 50, 'no')";
+    let code = |e: tokio_postgres::Error| e.code().map(|c| c.code().to_owned());
+    assert_eq!(
+        p.batch_execute(refuse).await.map_err(code),
+        t.batch_execute(refuse).await.map_err(code)
+    );
+    assert!(t.batch_execute(refuse).await.is_err());
+
+    // Restart: the ids handed out so far are never handed out again.
+    drop(t);
+    assert!(s.terminate(), "graceful shutdown");
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let t = connect(&s.conn_str()).await;
+    let before: i64 = t
+        .query_one("SELECT max(id) FROM items", &[])
+        .await
+        .unwrap()
+        .get::<_, i32>(0)
+        .into();
+    let after = t
+        .query_one("INSERT INTO items (name) VALUES ('e') RETURNING id", &[])
+        .await
+        .unwrap()
+        .get::<_, i32>(0);
+    assert!(i64::from(after) > before, "{after} after {before}");
+}

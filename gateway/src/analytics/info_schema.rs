@@ -120,6 +120,10 @@ impl InfoSchema {
                             ColumnDefault::Constant(v) => format!("'{}'", v.replace('\'', "''")),
                             ColumnDefault::Now => "now()".into(),
                             ColumnDefault::RandomUuid => "gen_random_uuid()".into(),
+                            // As PostgreSQL shows a serial column's default.
+                            ColumnDefault::Identity { .. } => {
+                                format!("nextval('{}_{}_seq'::regclass)", t.name, c.name)
+                            }
                             // Hidden keys are not listed (star() leaves them out).
                             ColumnDefault::Bucket | ColumnDefault::RowId => String::new(),
                         });
