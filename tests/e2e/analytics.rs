@@ -118,6 +118,9 @@ const QUERIES: &[&str] = &[
     "SELECT race, sum(age) * 1.5 FROM runners GROUP BY race",
     "SELECT count(*) FROM runners WHERE score * 1e300 > 1e301",
     "SELECT 1, -2, 3000000000, 1 AS one UNION ALL SELECT 4, 5, 6, 7",
+    // timestamps as PostgreSQL reads them (no seconds, a short offset)
+    "SELECT count(*) FROM runners WHERE joined >= '2026-03-01 12:00+00'",
+    "SELECT race, count(*) FROM runners WHERE joined < '2026-02-01 00:00+01' GROUP BY race",
 ];
 
 /// The data: a small PRNG, the same rows in both databases.

@@ -187,7 +187,7 @@ fn queries() -> Vec<String> {
             "SELECT a.id, b.id FROM acct a JOIN acct b ON b.bal = a.bal AND b.id > a.id ORDER BY a.id, b.id",
             "SELECT sensor, count(*), max(ts) FROM ticks GROUP BY sensor ORDER BY sensor",
             "SELECT sensor, ts FROM ticks WHERE (sensor, ts) = (2, '2026-03-01 01:30:00+00')",
-            "SELECT count(*) FROM ticks WHERE sensor = 10 AND ts >= '2026-03-01 12:00:00+00'",
+            "SELECT count(*) FROM ticks WHERE sensor = 10 AND ts >= '2026-03-01 12:00+00'",
             "SELECT id FROM acct WHERE id = 2.0",
             "SELECT id FROM acct WHERE id IS NULL",
             "SELECT n FROM docs WHERE id = (SELECT id FROM docs WHERE n = 3)",

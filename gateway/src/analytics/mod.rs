@@ -27,6 +27,7 @@
 pub mod dialect;
 pub mod functions;
 pub mod info_schema;
+pub mod literals;
 pub mod pg_fix;
 pub mod provider;
 pub mod system;
@@ -287,6 +288,7 @@ impl Engine {
         }
         let session = Arc::new(Mutex::new(crate::session::Session::default()));
         functions::register(&ctx, user, session.clone());
+        ctx.add_analyzer_rule(Arc::new(literals::TimestampLiterals));
         Ok(Engine {
             ctx,
             session,
