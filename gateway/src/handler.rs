@@ -1839,7 +1839,8 @@ impl ConnHandler {
             txn.as_mut(),
             &st.opts,
         )
-        .await;
+        .await
+        .map_err(|e| e.with_key_columns(&st.plan.table));
         *self.txn.lock() = txn;
         match r {
             Ok(out) => {

@@ -206,6 +206,9 @@ impl From<&PlanError> for PgError {
             }
             PlanError::TypeMismatch { hint, .. } => PgError::new("42883", m).hint(hint.clone()),
             PlanError::InvalidValue(_) => PgError::new("22P02", m),
+            PlanError::DuplicateKey { key, .. } => {
+                PgError::new("23505", m).detail(format!("Key {key} already exists."))
+            }
             PlanError::GeneratedAlways { column } => PgError::new("428C9", m)
                 .detail(format!(
                     "Column \"{column}\" is an identity column defined as GENERATED ALWAYS."

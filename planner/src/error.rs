@@ -147,6 +147,14 @@ pub enum PlanError {
     /// The catalog refused.
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    /// An INSERT of a key that exists, with the key in the table's columns.
+    #[error("duplicate key value violates unique constraint \"{table}_pkey\"")]
+    DuplicateKey {
+        /// The table.
+        table: String,
+        /// `(id)=(42)`, as PostgreSQL's detail shows it.
+        key: String,
+    },
     /// A value for a `GENERATED ALWAYS AS IDENTITY` column.
     #[error("cannot insert a non-DEFAULT value into column \"{column}\"")]
     GeneratedAlways {
@@ -171,3 +179,74 @@ pub enum TxnRule {
 
 /// The planner's result type.
 pub type Result<T, E = PlanError> = std::result::Result<T, E>;
+
+impl PlanError {
+    /// The store's "entity already exists" (however deep in an EGT or a
+    /// partly applied write) said with `table`'s key columns and typed
+    /// values: `Key (id)=(42)`, not the stored key text.
+    pub fn with_key_columns(self, table: &tablegate_catalog::TableDef) -> PlanError {
+        match self {
+            PlanError::Store(e) => match duplicate(&e) {
+                Some((pk, rk)) => {
+                    let shown = |c: Option<tablegate_catalog::ColumnRef>, key: &str| {
+                        c.map(|c| {
+                            let v =
+                                c.ty.decode_key(key)
+                                    .map_or_else(|| key.to_owned(), |v| plain(&v));
+                            (c.name, v)
+                        })
+                    };
+                    let parts: Vec<(String, String)> = [
+                        shown(Some(table.partition_key_column()), pk),
+                        shown(table.row_key_column(), rk),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                    let names: Vec<&str> = parts.iter().map(|(n, _)| n.as_str()).collect();
+                    let values: Vec<&str> = parts.iter().map(|(_, v)| v.as_str()).collect();
+                    PlanError::DuplicateKey {
+                        table: table.name.clone(),
+                        key: format!("({})=({})", names.join(", "), values.join(", ")),
+                    }
+                }
+                None => PlanError::Store(e),
+            },
+            PlanError::PartlyApplied {
+                rows,
+                groups,
+                source,
+            } => PlanError::PartlyApplied {
+                rows,
+                groups,
+                source: Box::new(source.with_key_columns(table)),
+            },
+            other => other,
+        }
+    }
+}
+
+fn duplicate(e: &StoreError) -> Option<(&str, &str)> {
+    match e {
+        StoreError::EntityAlreadyExists {
+            partition_key,
+            row_key,
+        } => Some((partition_key, row_key)),
+        StoreError::BatchOperationFailed { source, .. } => duplicate(source),
+        _ => None,
+    }
+}
+
+/// A value as PostgreSQL's text output shows it in a message.
+fn plain(v: &tablegate_store::Value) -> String {
+    use tablegate_store::Value;
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Int32(i) => i.to_string(),
+        Value::Int64(i) => i.to_string(),
+        Value::Guid(b) => uuid::Uuid::from_bytes(*b).hyphenated().to_string(),
+        other => crate::expr::sql_literal(other)
+            .trim_matches('\'')
+            .to_owned(),
+    }
+}

@@ -311,7 +311,9 @@ impl Planner {
         txn: Option<&mut Transaction>,
         opts: &ExecOptions,
     ) -> Result<WriteOutcome> {
-        apply::run(&self.store, &self.identities, plan, params, txn, opts).await
+        apply::run(&self.store, &self.identities, plan, params, txn, opts)
+            .await
+            .map_err(|e| e.with_key_columns(&plan.table))
     }
 
     /// COMMIT: the transaction's writes as one entity-group transaction.

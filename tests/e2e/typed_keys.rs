@@ -359,8 +359,18 @@ async fn typed_keys_are_key_spans_and_errors_are_clear() {
     t.batch_execute("INSERT INTO acct VALUES (7, 1, 'x')")
         .await
         .unwrap();
-    let (code, _) = err("INSERT INTO acct VALUES (7, 2, 'y')").await;
-    assert_eq!(code, "23505");
+    // The duplicate is named by the typed key, as PostgreSQL names it.
+    let e = t
+        .batch_execute("INSERT INTO acct VALUES (7, 2, 'y')")
+        .await
+        .unwrap_err();
+    let db = e.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "23505");
+    assert_eq!(
+        db.message(),
+        "duplicate key value violates unique constraint \"acct_pkey\""
+    );
+    assert_eq!(db.detail(), Some("Key (id)=(7) already exists."));
     let rows = query(&t, "SELECT id, bal FROM acct WHERE id = 7")
         .await
         .unwrap();

@@ -96,7 +96,7 @@ async fn every_statement_form() {
         .unwrap_err();
     assert_eq!(code(&e), "23505");
     let detail = e.as_db_error().unwrap().detail().unwrap().to_owned();
-    assert!(detail.contains("(boston, BIB:1)"), "{detail}");
+    assert_eq!(detail, "Key (race, runner)=(boston, BIB:1) already exists.");
 
     // ON CONFLICT DO UPDATE of the supplied columns: InsertOrMerge keeps
     // the columns it does not name.
