@@ -823,7 +823,8 @@ impl Inner {
                             }
                         }
                     }
-                    let full = page.len() >= req.max_entities;
+                    let full = page.len() >= req.max_entities
+                        || req.max_scanned.is_some_and(|m| page.scanned >= m);
                     let out_of_time = page.scanned.is_multiple_of(BUDGET_CHECK_EVERY)
                         && started.elapsed() >= req.time_budget;
                     if full || out_of_time {

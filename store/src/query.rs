@@ -335,6 +335,11 @@ pub struct PageRequest {
     /// The caller takes [`Page::encoded`]: matching entities undecoded. A
     /// store that cannot (a remote service) returns [`Page::entities`].
     pub encoded: bool,
+    /// End the page once this many entities are scanned. Set by the
+    /// partition layer to the throttling budget left, so a scan pays for
+    /// what it reads page by page instead of leaving a debt the next,
+    /// unrelated request waits out. A remote service throttles itself.
+    pub max_scanned: Option<u64>,
 }
 
 impl Default for PageRequest {
@@ -345,6 +350,7 @@ impl Default for PageRequest {
             continuation: None,
             stop_at_partition: None,
             encoded: false,
+            max_scanned: None,
         }
     }
 }

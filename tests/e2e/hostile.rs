@@ -24,6 +24,27 @@ async fn connect_to(conn: &str) -> Client {
     client
 }
 
+/// A client, once a session slot is free: a client that hung up (or a
+/// session that panicked) gives its slot back when the server has seen it
+/// go, a moment later, so 53300 is retried for up to 5 s.
+async fn connect_when_a_slot_is_free(s: &TestServer) -> Client {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match tokio_postgres::connect(&s.conn_str(), NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(connection);
+                return client;
+            }
+            Err(e)
+                if e.code().is_some_and(|c| c.code() == "53300") && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
+
 /// The server is alive, `client` still answers a point query, and a fresh
 /// client connects and answers; returns how long the fresh one took.
 async fn still_serving(s: &mut TestServer, client: &Client) -> Duration {
@@ -239,7 +260,7 @@ async fn a_panicking_session_takes_no_other_with_it() {
         .await
         .unwrap();
     for round in 0..3 {
-        let victim = connect(&s).await;
+        let victim = connect_when_a_slot_is_free(&s).await;
         let e = victim
             .batch_execute(&format!("SET tablegate.inject_panic = 'round {round}'"))
             .await
@@ -251,7 +272,7 @@ async fn a_panicking_session_takes_no_other_with_it() {
     // Three panics gave their slots back: the other three fill up.
     let mut others = Vec::new();
     for _ in 0..3 {
-        others.push(connect(&s).await);
+        others.push(connect_when_a_slot_is_free(&s).await);
     }
     // The bystander's transaction was untouched.
     bystander

@@ -390,6 +390,13 @@ impl PartitionedStore {
         };
         self.shared.admit(scope, 1)?;
         let mut req = req.clone();
+        // The page scans no more than the buckets hold: the query pays for
+        // its own reading, page by page (the next page waits for refill).
+        let budget = self.shared.throttle.budget(scope, self.shared.now());
+        req.max_scanned = match (req.max_scanned, budget) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         req.stop_at_partition = match (req.stop_at_partition.take(), route.stop.clone()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

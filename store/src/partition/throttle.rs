@@ -215,6 +215,28 @@ impl Throttle {
         Ok(())
     }
 
+    /// What an admitted request may still spend before one of its buckets
+    /// runs dry (at least 1); `None` when throttling is off.
+    pub(crate) fn budget(&self, scope: Scope<'_>, now: i64) -> Option<u64> {
+        let t = self.targets.as_ref()?;
+        let mut st = self.state.lock();
+        let left = |b: Option<&mut Bucket>, rate: u64| match b {
+            Some(b) => {
+                b.refill(rate, t.burst, now);
+                b.balance
+            }
+            None => rate as f64 * t.burst,
+        };
+        let mut budget = f64::INFINITY;
+        if let Some(pk) = scope.partition {
+            let b = st.partitions.get_mut(&Pair(scope.table, pk));
+            budget = budget.min(left(b, t.per_partition));
+        }
+        budget = budget.min(left(st.servers.get_mut(&scope.server), t.per_server));
+        budget = budget.min(left(st.account.as_mut(), t.per_account));
+        Some(budget.floor().max(1.0) as u64)
+    }
+
     /// Charges an admitted request its actual cost in entities.
     pub(crate) fn charge(&self, scope: Scope<'_>, cost: u64, now: i64) {
         let Some(t) = &self.targets else {

@@ -112,6 +112,70 @@ fn partition_target_throttles_and_names_partition_and_target() {
     assert!(s.throttle_counts().partition > 0);
 }
 
+/// A scan pays for what it reads: a page scans no more than the buckets
+/// hold, so a query that reads 6,000 entities of one PartitionKey and
+/// returns none takes its pages over the seconds the target allows, and
+/// the next, unrelated request is not left a debt to wait out.
+#[test]
+fn a_scan_pays_for_its_own_reading_page_by_page() {
+    let clock = manual();
+    let s = store_with(clock.clone(), PartitionConfig::default());
+    s.create_table_blocking("big").unwrap();
+    for chunk in 0..60 {
+        clock.advance(Duration::from_millis(50));
+        let ops: Vec<_> = (0..100)
+            .map(|r| put("p", &format!("{:05}", chunk * 100 + r)))
+            .collect();
+        s.execute_blocking("big", &ops).unwrap();
+    }
+    clock.advance(Duration::from_secs(1));
+    let q = Query {
+        spans: vec![KeyBox::partition("p")],
+        filter: Some(Filter::Compare {
+            field: Field::Property("n".into()),
+            op: CmpOp::Eq,
+            value: Value::Int32(7),
+        }),
+        projection: None,
+    };
+    let mut req = PageRequest::first(1000);
+    let (mut pages, mut scanned, mut refused) = (0, 0u64, 0);
+    let start = clock.now_micros();
+    loop {
+        match s.query_blocking("big", &q, &req) {
+            Ok(p) => {
+                pages += 1;
+                assert!(
+                    p.scanned <= 200,
+                    "a page scanned {} past the burst",
+                    p.scanned
+                );
+                assert!(p.entities.is_empty());
+                scanned += p.scanned;
+                match p.continuation {
+                    Some(t) => req = req.resume(t),
+                    None => break,
+                }
+            }
+            Err(e) => {
+                assert!(e.is_retryable(), "{e:?}");
+                refused += 1;
+                clock.advance(Duration::from_millis(10));
+            }
+        }
+    }
+    assert_eq!(scanned, 6_000);
+    assert!(pages >= 30, "{pages} pages");
+    assert!(refused > 0);
+    // 6,000 entities at 2,000/s: about 3 s of the query's own time.
+    let took = Duration::from_micros((clock.now_micros() - start) as u64);
+    assert!(took >= Duration::from_millis(2_500), "{took:?}");
+    // The partition owes nothing beyond one page: another request waits
+    // at most one page's worth (100 ms at the target).
+    clock.advance(Duration::from_millis(100));
+    assert!(s.get_blocking("big", "p", "00001").is_ok());
+}
+
 #[test]
 fn a_page_ends_at_another_servers_range_and_resumes_there() {
     let clock = manual();
