@@ -4,7 +4,7 @@
 
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-use super::pgref::PgRef;
+use super::pgref::SideBySide;
 use super::rng::Rng;
 use super::server::TestServer;
 
@@ -211,24 +211,16 @@ fn same(a: &Option<String>, b: &Option<String>) -> bool {
 
 #[tokio::test]
 async fn analytic_queries_match_postgresql() {
-    let pg = PgRef::start();
-    let (p, conn) = tokio_postgres::connect(&pg.conn_str(), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    p.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
-    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
-    let (t, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
-    tokio::spawn(conn);
-    load(&p).await;
-    load(&t).await;
+    let SideBySide { p, t, .. } = &SideBySide::start().await;
+    load(p).await;
+    load(t).await;
     assert!(QUERIES.len() >= 50);
     let mut failures = Vec::new();
     for sql in QUERIES {
-        let want = query(&p, sql)
+        let want = query(p, sql)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL: {sql}: {e}"));
-        let got = match query(&t, sql).await {
+        let got = match query(t, sql).await {
             Ok(r) => r,
             Err(e) => {
                 failures.push(format!("{sql}\n  tablegate error: {e}"));
@@ -264,8 +256,8 @@ async fn analytic_queries_match_postgresql() {
                 .nth(1)
                 .map(|c| c[..c.find(')').unwrap_or(0)].to_owned())
         };
-        let want = query(&p, sql).await.map_err(code);
-        let got = query(&t, sql).await.map_err(code);
+        let want = query(p, sql).await.map_err(code);
+        let got = query(t, sql).await.map_err(code);
         if want.is_ok() || want != got {
             failures.push(format!("{sql}\n  postgres: {want:?}\n  tablegate: {got:?}"));
         }
@@ -284,14 +276,7 @@ async fn analytic_queries_match_postgresql() {
 /// numeric.
 #[tokio::test]
 async fn literal_result_types_match_postgresql() {
-    let pg = PgRef::start();
-    let (p, conn) = tokio_postgres::connect(&pg.conn_str(), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
-    let (t, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let SideBySide { p, t, .. } = &SideBySide::start().await;
     let sql = "SELECT 1 AS a, -7 AS b, 3000000000 AS c, 1.5 AS d, 1.50 AS e, 'x' AS f, \
                true AS g, 2147483648 AS h, -2147483648 AS i";
     let types = |st: tokio_postgres::Statement| {

@@ -56,11 +56,10 @@
 use std::fmt::Write as _;
 
 use tokio_postgres::types::{FromSql, ToSql, Type};
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
-use super::pgref::PgRef;
+use super::pgref::SideBySide;
 use super::rng::Rng;
-use super::server::TestServer;
 
 const SCHEMA: &str = "CREATE TABLE vals (pk text, rk text, n int, big bigint, \
      f double precision, ok boolean, s text, ts timestamptz, lt timestamp, id uuid, \
@@ -607,29 +606,19 @@ fn diff<T: std::fmt::Debug + PartialEq>(want: &[Vec<T>], got: &[Vec<T>]) -> Stri
     out
 }
 
-async fn connect(conn_str: &str) -> Client {
-    let (c, conn) = tokio_postgres::connect(conn_str, NoTls).await.unwrap();
-    tokio::spawn(conn);
-    c
-}
-
 #[tokio::test]
 async fn binary_results_match_postgresql() {
-    let pg = PgRef::start();
-    let p = connect(&pg.conn_str()).await;
-    p.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
-    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
-    let t = connect(&s.conn_str()).await;
-    load(&p).await;
-    load(&t).await;
+    let SideBySide { p, t, .. } = &SideBySide::start().await;
+    load(p).await;
+    load(t).await;
     assert!(QUERIES.len() >= 30);
     let mut failures = Vec::new();
     for sql in QUERIES {
-        let (want_oids, want) = binary(&p, sql, &[])
+        let (want_oids, want) = binary(p, sql, &[])
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL: {sql}: {e}"));
         assert!(!want.is_empty(), "no rows: {sql}");
-        match binary(&t, sql, &[]).await {
+        match binary(t, sql, &[]).await {
             Err(e) => failures.push(format!("{sql}\n  binary: tablegate error: {e}")),
             Ok((oids, _)) if oids != want_oids => failures.push(format!(
                 "{sql}\n  binary: type OIDs: postgres {want_oids:?}, tablegate {oids:?}"
@@ -639,10 +628,10 @@ async fn binary_results_match_postgresql() {
             }
             Ok(_) => {}
         }
-        let want = text(&p, sql)
+        let want = text(p, sql)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL: {sql}: {e}"));
-        match text(&t, sql).await {
+        match text(t, sql).await {
             Err(e) => failures.push(format!("{sql}\n  text: tablegate error: {e}")),
             Ok(got) if got != want => {
                 failures.push(format!("{sql}\n  text: {}", diff(&want, &got)));
@@ -685,10 +674,10 @@ async fn binary_results_match_postgresql() {
         )),
         Ok(_) => {
             for params in &cases {
-                let want = binary(&p, sql, params)
+                let want = binary(p, sql, params)
                     .await
                     .unwrap_or_else(|e| panic!("PostgreSQL: {sql}: {e}"));
-                match binary(&t, sql, params).await {
+                match binary(t, sql, params).await {
                     Err(e) => failures.push(format!("{sql}\n  parameters: tablegate error: {e}")),
                     Ok(got) if got != want => failures.push(format!(
                         "{sql}\n  parameters: {:?} vs {:?}\n  {}",
@@ -716,8 +705,8 @@ async fn binary_results_match_postgresql() {
         }
     }
     let sql = "SELECT rk, raw, id FROM vals WHERE pk = 'px' ORDER BY rk";
-    let want = binary(&p, sql, &[]).await.unwrap();
-    match binary(&t, sql, &[]).await {
+    let want = binary(p, sql, &[]).await.unwrap();
+    match binary(t, sql, &[]).await {
         Ok(got) if got == want => {}
         other => failures.push(format!("{sql}\n  {want:?}\n  vs {other:?}")),
     }

@@ -124,3 +124,38 @@ impl Drop for PgRef {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A client of `conn`, its connection driven in the background.
+pub async fn client(conn: &str) -> tokio_postgres::Client {
+    let (c, connection) = tokio_postgres::connect(conn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    c
+}
+
+/// The set-up of every side-by-side test: a PostgreSQL 15 reference and a
+/// small tablegate demo server (throttling off), each with a client; the
+/// reference session renders times in UTC, as tablegate does.
+pub struct SideBySide {
+    /// The reference cluster, kept running while this lives.
+    _pg: PgRef,
+    /// A client of the reference.
+    pub p: tokio_postgres::Client,
+    /// The tablegate server (kept running).
+    pub s: super::server::TestServer,
+    /// A client of tablegate.
+    pub t: tokio_postgres::Client,
+}
+
+impl SideBySide {
+    /// Starts both and connects.
+    pub async fn start() -> SideBySide {
+        let pg = PgRef::start();
+        let p = client(&pg.conn_str()).await;
+        p.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
+        let s = super::server::TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+        let t = client(&s.conn_str()).await;
+        SideBySide { _pg: pg, p, s, t }
+    }
+}

@@ -9,7 +9,7 @@
 
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-use super::pgref::PgRef;
+use super::pgref::{PgRef, SideBySide, client as connect};
 use super::rng::Rng;
 use super::server::TestServer;
 
@@ -212,20 +212,10 @@ async fn query(c: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String
         .collect())
 }
 
-async fn connect(conn: &str) -> Client {
-    let (c, conn) = tokio_postgres::connect(conn, NoTls).await.unwrap();
-    tokio::spawn(conn);
-    c
-}
-
 #[tokio::test]
 async fn typed_key_queries_match_postgresql() {
-    let pg = PgRef::start();
-    let p = connect(&pg.conn_str()).await;
-    p.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
-    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
-    let t = connect(&s.conn_str()).await;
-    for c in [&p, &t] {
+    let SideBySide { p, t, .. } = &SideBySide::start().await;
+    for c in [p, t] {
         for sql in SCHEMA.iter().map(|s| s.to_string()).chain(inserts()) {
             c.batch_execute(&sql)
                 .await
@@ -235,8 +225,8 @@ async fn typed_key_queries_match_postgresql() {
     let qs = queries();
     let mut failures = Vec::new();
     for sql in &qs {
-        let want = query(&p, sql).await;
-        let got = query(&t, sql).await;
+        let want = query(p, sql).await;
+        let got = query(t, sql).await;
         match (&want, &got) {
             (Ok(w), Ok(g)) if w == g => {}
             // Both refuse (a constant beyond the type): the same SQLSTATE.
@@ -277,7 +267,7 @@ async fn typed_key_queries_match_postgresql() {
         "SELECT id, bal, owner FROM acct ORDER BY id",
         "SELECT sensor, ts, v FROM ticks ORDER BY sensor, ts",
     ] {
-        assert_eq!(query(&p, sql).await, query(&t, sql).await, "{sql}");
+        assert_eq!(query(p, sql).await, query(t, sql).await, "{sql}");
     }
 }
 
@@ -383,10 +373,7 @@ async fn typed_keys_are_key_spans_and_errors_are_clear() {
 /// inserts, updates, deletes and COPY.
 #[tokio::test]
 async fn tables_without_a_primary_key_work_like_postgresql() {
-    let pg = PgRef::start();
-    let p = connect(&pg.conn_str()).await;
-    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
-    let t = connect(&s.conn_str()).await;
+    let SideBySide { p, s, t, .. } = &SideBySide::start().await;
     let create = "CREATE TABLE logs (at bigint, level text, msg text)";
     p.batch_execute(create).await.unwrap();
     let notices = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -425,7 +412,7 @@ async fn tables_without_a_primary_key_work_like_postgresql() {
         "SELECT level, count(*) FROM logs GROUP BY level ORDER BY level",
         "SELECT count(*) FROM logs WHERE msg IS NULL",
     ] {
-        assert_eq!(query(&p, sql).await, query(&t, sql).await, "{sql}");
+        assert_eq!(query(p, sql).await, query(t, sql).await, "{sql}");
     }
     // SELECT * shows the declared columns (and the store's timestamp).
     let star = t.prepare("SELECT * FROM logs").await.unwrap();
@@ -451,7 +438,7 @@ async fn tables_without_a_primary_key_work_like_postgresql() {
         buckets.insert(rows[0][0].clone());
     }
     assert!(buckets.len() > 1, "8 sessions, one bucket: {buckets:?}");
-    let plan = query(&t, "EXPLAIN SELECT msg FROM logs WHERE level = 'info'")
+    let plan = query(t, "EXPLAIN SELECT msg FROM logs WHERE level = 'info'")
         .await
         .unwrap()
         .into_iter()

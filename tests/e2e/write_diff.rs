@@ -10,12 +10,11 @@
 
 use std::fmt::Write as _;
 
+use tokio_postgres::Client;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls};
 
-use super::pgref::PgRef;
+use super::pgref::SideBySide;
 use super::rng::Rng;
-use super::server::TestServer;
 
 /// `kvt`, not `kv`: table names have at least 3 characters in the store.
 const DDL: &str =
@@ -484,14 +483,7 @@ fn seed() -> u64 {
 
 #[tokio::test]
 async fn random_writes_match_postgresql() {
-    let pg = PgRef::start();
-    let (p, conn) = tokio_postgres::connect(&pg.conn_str(), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
-    let (t, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let SideBySide { p, t, .. } = &SideBySide::start().await;
     p.batch_execute(DDL).await.unwrap();
     t.batch_execute(DDL).await.unwrap();
 
@@ -503,8 +495,8 @@ async fn random_writes_match_postgresql() {
     for i in 0..STEPS {
         let st = step(&mut rng, &present);
         history.push(format!("{i:3}: {}", st.show()));
-        let want = apply(&p, &st).await;
-        let got = apply(&t, &st).await;
+        let want = apply(p, &st).await;
+        let got = apply(t, &st).await;
         let context = || format!("seed {seed:#x}; statements so far:\n{}", history.join("\n"));
         assert_eq!(
             got,
@@ -517,7 +509,7 @@ async fn random_writes_match_postgresql() {
             Ok(n) => affected += n,
             Err(_) => errors += 1,
         }
-        let (want, got) = (contents(&p).await, contents(&t).await);
+        let (want, got) = (contents(p).await, contents(t).await);
         assert!(
             got == want,
             "step {i}: contents differ after\n  {}\n{}{}",
