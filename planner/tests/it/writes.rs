@@ -54,8 +54,10 @@ async fn throttled_writes_report_what_was_applied() {
     // 100 entities/s per partition with a burst of 10; a frozen clock, so
     // nothing refills during the test.
     let clock = Arc::new(ManualClock::at(1_000_000));
+    // The entities themselves, read past the partition layer's throttle.
+    let local = LocalStore::in_memory();
     let store = PartitionedStore::with_clock(
-        LocalStore::in_memory(),
+        local.clone(),
         PartitionConfig {
             targets: Some(Targets {
                 per_partition: 100,
@@ -110,11 +112,39 @@ async fn throttled_writes_report_what_was_applied() {
         matches!(e, PlanError::Store(ref s) if matches!(s.root(), StoreError::ServerBusy { .. })),
         "{e:?}"
     );
-    // Once the debt is repaid, exactly the first group is there.
+    // Exactly the first group is there.
+    let stored = local
+        .query_blocking(
+            "tbl",
+            &tablegate_store::Query {
+                spans: vec![tablegate_store::KeyBox::partition("a")],
+                filter: None,
+                projection: None,
+            },
+            &tablegate_store::PageRequest::first(1000),
+        )
+        .unwrap();
+    assert_eq!(stored.entities.len(), 100);
+    assert!(stored.continuation.is_none());
+    // A scan pays for its reading page by page: once the debt is repaid,
+    // its first page reads no more than the 10-entity burst and the next
+    // one is refused until the bucket refills (no retries here).
     clock.advance(Duration::from_secs(10));
-    assert_eq!(
-        select(&p, "SELECT * FROM tbl WHERE pk = 'a'", &no_retry()).await,
-        100
+    let stmt = Planner::parse("SELECT * FROM tbl WHERE pk = 'a'")
+        .unwrap()
+        .remove(0);
+    let Plan::Select(s) = p.plan(&stmt, "SELECT * FROM tbl WHERE pk = 'a'").unwrap() else {
+        panic!("not a select")
+    };
+    let e = p
+        .execute(&s, &[], &no_retry())
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, PlanError::Store(ref s) if matches!(s.root(), StoreError::ServerBusy { .. })),
+        "{e:?}"
     );
     // Another partition has its own bucket.
     write(
