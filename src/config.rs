@@ -461,7 +461,7 @@ impl Settings {
             return Err("limits.max_message_mb must be below 1024 (the protocol's 1 GiB)".into());
         }
         // Session settings are checked as SET would check them.
-        tablegate_gateway::session::Session::with_defaults(&self.session.settings())
+        tablegate_gateway::settings::Settings::with_defaults(&self.session.settings())
             .map_err(|e| format!("session setting: {}", e.message))?;
         Ok(())
     }

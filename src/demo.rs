@@ -184,7 +184,7 @@ pub async fn explain_examples(planner: &Planner) -> Result<(), String> {
         let stmt = &Planner::parse(&sql).map_err(err)?[0];
         let select = match planner.plan(stmt, &sql) {
             Ok(Plan::Select(select)) => select,
-            Err(tablegate_planner::PlanError::NeedsAnalytics { reason }) => {
+            Ok(Plan::Analytics { reason, .. }) => {
                 println!("(runs in the analytics engine: {reason}; EXPLAIN it in psql)");
                 continue;
             }

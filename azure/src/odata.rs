@@ -665,47 +665,11 @@ fn bounding_box(boxes: &[&KeyBox]) -> Option<OExpr> {
 }
 
 fn hull<'a>(intervals: impl Iterator<Item = &'a KeyInterval>) -> KeyInterval {
-    let mut h: Option<KeyInterval> = None;
-    for iv in intervals {
-        h = Some(match h {
-            None => iv.clone(),
-            Some(h) => KeyInterval {
-                lo: lower_min(h.lo, &iv.lo),
-                hi: upper_max(h.hi, &iv.hi),
-            },
-        });
-    }
-    h.unwrap_or_else(KeyInterval::all)
-}
-
-/// The lower of two lower bounds (`[a` is below `(a`).
-fn lower_min(a: Bound<String>, b: &Bound<String>) -> Bound<String> {
-    match (&a, b) {
-        (Bound::Unbounded, _) | (_, Bound::Unbounded) => Bound::Unbounded,
-        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
-            match x.cmp(y) {
-                Ordering::Less => a,
-                Ordering::Greater => b.clone(),
-                Ordering::Equal if matches!(a, Bound::Included(_)) => a,
-                Ordering::Equal => b.clone(),
-            }
-        }
-    }
-}
-
-/// The higher of two upper bounds (`a]` is above `a)`).
-fn upper_max(a: Bound<String>, b: &Bound<String>) -> Bound<String> {
-    match (&a, b) {
-        (Bound::Unbounded, _) | (_, Bound::Unbounded) => Bound::Unbounded,
-        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
-            match x.cmp(y) {
-                Ordering::Greater => a,
-                Ordering::Less => b.clone(),
-                Ordering::Equal if matches!(a, Bound::Included(_)) => a,
-                Ordering::Equal => b.clone(),
-            }
-        }
-    }
+    intervals
+        .fold(None, |h: Option<KeyInterval>, iv| {
+            Some(h.map_or_else(|| iv.clone(), |h| h.hull(iv)))
+        })
+        .unwrap_or_else(KeyInterval::all)
 }
 
 /// `$select`: keys and Timestamp, the projection, then every property the

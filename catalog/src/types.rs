@@ -1,4 +1,4 @@
-//! SQL column types and their EDM and Arrow counterparts (SPEC §5), plus
+//! SQL column types and their EDM and Arrow counterparts, plus
 //! text parsing of SQL literals into store values.
 
 use arrow_schema::{DataType, TimeUnit};

@@ -12,7 +12,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sqlparser::ast::{CopyOption, Ident};
-use tablegate_gateway::copy::{CopyFormat, Field, Format, Parser};
+use tablegate_gateway::handler::copy::format::{CopyFormat, Field, Format, Parser};
 
 const CHARS: &[char] = &[
     ',', '\t', '|', ';', ' ', '"', '\'', '\\', 'x', '.', '\n', '\r', 'é', '\0', '#',

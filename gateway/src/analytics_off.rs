@@ -34,10 +34,9 @@ impl From<&EngineError> for PgError {
 
 fn not_built(reason: &str) -> EngineError {
     EngineError(
-        PgError::new(
-            "0A000",
-            format!("not supported in this build: {reason} (it needs the analytics engine)"),
-        )
+        PgError::feature_not_supported(format!(
+            "not supported in this build: {reason} (it needs the analytics engine)"
+        ))
         .hint("build the gateway with its default `analytics` feature"),
     )
 }
@@ -89,7 +88,7 @@ impl Engine {
     }
 
     /// Nothing reads the settings.
-    pub fn set_session(&self, _session: &crate::session::Session) {}
+    pub fn set_session(&self, _session: &crate::settings::Settings) {}
 
     /// Refuses the statement with the planner's reason.
     pub async fn plan(&self, _sql: &str, reason: &str) -> Result<EnginePlan, EngineError> {

@@ -159,7 +159,7 @@ impl Debug for ScramStartup {
 /// (SQLAlchemy parses it), so it agrees with `SHOW server_version`.
 pub fn server_parameters() -> DefaultServerParameterProvider {
     let mut params = DefaultServerParameterProvider::default();
-    params.server_version = crate::session::SERVER_VERSION.to_owned();
+    params.server_version = crate::settings::SERVER_VERSION.to_owned();
     params.scram_iterations = SCRAM_ITERATIONS;
     params
 }
@@ -207,10 +207,9 @@ impl StartupHandler for ScramStartup {
                 .swap(true, std::sync::atomic::Ordering::Relaxed)
             && !sasl_initial_response_is_well_formed(body)
         {
-            let mut info = crate::encode::error_info(crate::sqlstate::PgError::new(
-                "08P01",
-                "invalid message format",
-            ));
+            let mut info = crate::sqlstate::error_info(
+                crate::sqlstate::PgError::protocol_violation("invalid message format"),
+            );
             info.severity = "FATAL".to_owned();
             return Err(PgWireError::UserError(Box::new(info)));
         }

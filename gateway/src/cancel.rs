@@ -9,7 +9,8 @@
 //! alike.
 //! Every statement remembers the generation it started under; a statement
 //! still running when the generation moves ends with 57014 — while it plans,
-//! while it waits on the store, and while its rows stream.
+//! while it waits on the store, and while its rows stream: [`Stop`] is what
+//! a running statement waits on.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +23,8 @@ use pgwire::api::{PidSecretKeyGenerator, RandomPidSecretKeyGenerator};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::startup::SecretKey;
 use tokio::sync::Notify;
+
+use crate::sqlstate::PgError;
 
 /// One session's cancel signal.
 #[derive(Debug, Default)]
@@ -162,6 +165,34 @@ pub struct RegistryCancelHandler(pub Arc<CancelRegistry>);
 impl CancelHandler for RegistryCancelHandler {
     async fn on_cancel_request(&self, req: CancelRequest) {
         self.0.cancel(req.pid, &req.secret_key);
+    }
+}
+
+/// When a running statement must stop: statement_timeout, or a cancel
+/// request arriving after the statement started.
+#[derive(Debug, Clone)]
+pub struct Stop {
+    /// statement_timeout's deadline.
+    pub deadline: Option<std::time::Instant>,
+    /// The session's cancel signal.
+    pub cancel: Arc<CancelSignal>,
+    /// Its generation when the statement started.
+    pub since: u64,
+}
+
+impl Stop {
+    /// Completes with the 57014 error when the statement must stop.
+    pub async fn wait(&self) -> PgError {
+        let timeout = async {
+            match self.deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => futures::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = timeout => PgError::cancelled(true),
+            _ = self.cancel.cancelled(self.since) => PgError::cancelled(false),
+        }
     }
 }
 

@@ -241,9 +241,9 @@ pub(crate) fn refusal(e: &pgwire::error::PgWireError) -> Option<crate::sqlstate:
             } else {
                 "the server's max_message_bytes setting limits messages; send large data with COPY, in several statements"
             };
-            crate::sqlstate::PgError::new("54000", r.to_string()).hint(hint)
+            crate::sqlstate::PgError::program_limit_exceeded(r.to_string()).hint(hint)
         }
-        Refusal::Malformed(_) => crate::sqlstate::PgError::new("08P01", r.to_string()),
+        Refusal::Malformed(_) => crate::sqlstate::PgError::protocol_violation(r.to_string()),
     })
 }
 

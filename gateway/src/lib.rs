@@ -8,21 +8,25 @@
 //!   authentication (53300), reserved slots, message size limits.
 //! - `conn_io` — a connection's transport: tokio's reactor through startup
 //!   (and for TLS), blocking reads and writes on its thread after that.
-//! - [`handler`] — per-connection handlers for the simple and extended query
-//!   protocols, sharing one `prepare` → `run` path; results stream.
-//! - [`session`] — SET / SHOW settings, per connection.
-//! - [`cancel`] — cancel requests routed to the running statement (57014).
+//! - [`handler`] — a connection's handlers and its `Session`: statements
+//!   prepared once (`handler/prepare.rs`), dispatched once to their family
+//!   (one file each: queries, writes, transactions, settings, cursors,
+//!   PREPARE, COPY), the simple and extended protocols, parameters.
+//! - [`settings`] — SET / SHOW settings, and the version tablegate answers
+//!   as.
+//! - [`cancel`] — cancel requests routed to the running statement (57014),
+//!   and the `Stop` a running statement waits on.
 //! - [`auth`] — SCRAM-SHA-256 against stored verifiers, or trust (loopback
 //!   only).
 //! - [`tls`] — TLS from certificate and key files; when configured it is
 //!   required (no plaintext fallback).
-//! - [`copy`] — COPY FROM STDIN / TO STDOUT in text and CSV.
 //! - [`analytics`] — DataFusion for what the native path does not run,
 //!   `pg_catalog`, `information_schema` and the `tablegate` system views
 //!   (a default feature; built without it, engine routes answer 0A000).
 //! - [`telemetry`] — statement counters per query class, `tracing` spans,
 //!   `metrics` for the Prometheus endpoint.
-//! - [`encode`] — Arrow record batches to DataRows (text and binary).
+//! - [`encode`] — type mapping, value encoding, Arrow record batches to
+//!   DataRows (text and binary), result streams.
 //! - [`sqlstate`] — **the one place where errors become SQLSTATEs**.
 //! - [`unix`] — the Unix-domain socket `DIR/.s.PGSQL.PORT`, relayed to the
 //!   TCP listener.
@@ -36,11 +40,10 @@ pub mod analytics;
 pub mod auth;
 pub mod cancel;
 mod conn_io;
-pub mod copy;
 pub mod encode;
 pub mod handler;
 pub mod server;
-pub mod session;
+pub mod settings;
 pub mod sqlstate;
 pub mod telemetry;
 pub mod tls;

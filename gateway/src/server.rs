@@ -86,7 +86,7 @@ impl Server {
         planner: Planner,
         config: ServerConfig,
     ) -> std::io::Result<Server> {
-        if let Err(e) = crate::session::Session::with_defaults(&config.session_defaults) {
+        if let Err(e) = crate::settings::Settings::with_defaults(&config.session_defaults) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("invalid setting: {}", e.message),
@@ -359,7 +359,7 @@ fn administrator_shutdown() -> pgwire::messages::PgWireBackendMessage {
 
 /// An error that ends the session.
 fn fatal(e: crate::sqlstate::PgError) -> pgwire::messages::PgWireBackendMessage {
-    let mut info = crate::encode::error_info(e);
+    let mut info = crate::sqlstate::error_info(e);
     info.severity = "FATAL".to_owned();
     pgwire::messages::PgWireBackendMessage::ErrorResponse(info.into())
 }

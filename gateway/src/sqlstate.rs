@@ -1,9 +1,10 @@
-//! **The one place where errors become SQLSTATEs** (SPEC §5).
+//! **The one place where errors become SQLSTATEs**.
 //!
 //! Every error a client can see passes through [`PgError::from`] for the
 //! planner's, catalog's and store's error types. Each variant maps to
 //! exactly one code; detail and hint say what happened and what to do.
 
+use pgwire::error::{ErrorInfo, PgWireError};
 use tablegate_catalog::CatalogError;
 use tablegate_planner::{PlanError, TxnRule};
 use tablegate_store::StoreError;
@@ -86,6 +87,17 @@ impl PgError {
         )
     }
 
+    /// XX000: a state the code should never reach, or a failure with no
+    /// better class (an encoder's).
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        PgError::new("XX000", message.to_string())
+    }
+
+    /// 08006: the client's connection failed while the server wrote to it.
+    pub fn connection_lost(e: impl std::fmt::Display) -> Self {
+        PgError::new("08006", e.to_string())
+    }
+
     /// 57014: cancelled by request or by statement_timeout.
     pub fn cancelled(by_timeout: bool) -> Self {
         if by_timeout {
@@ -94,6 +106,75 @@ impl PgError {
             PgError::new("57014", "canceling statement due to user request")
         }
     }
+}
+
+/// Named constructors, one per SQLSTATE a call site raises directly
+/// (PostgreSQL's condition names): the codes live here, not at the call
+/// sites.
+macro_rules! conditions {
+    ($($(#[$doc:meta])* $name:ident = $code:literal;)*) => {
+        impl PgError {
+            $(
+                $(#[$doc])*
+                pub fn $name(message: impl Into<String>) -> Self {
+                    PgError::new($code, message)
+                }
+            )*
+        }
+    };
+}
+
+conditions! {
+    /// 0A000: a feature tablegate does not have.
+    feature_not_supported = "0A000";
+    /// 42601: a statement that is not valid where it stands.
+    syntax_error = "42601";
+    /// 08P01: a message that breaks the wire protocol.
+    protocol_violation = "08P01";
+    /// 54000: a per-session or per-message limit.
+    program_limit_exceeded = "54000";
+    /// 22023: a setting or option value that is not valid.
+    invalid_parameter_value = "22023";
+    /// 22P04: COPY data that does not have the table's shape.
+    bad_copy_file_format = "22P04";
+    /// 42704: a setting that does not exist.
+    undefined_object = "42704";
+    /// 25P01: a command that needs a transaction block.
+    no_active_sql_transaction = "25P01";
+    /// 22P02: a value whose text does not parse as its type.
+    invalid_text_representation = "22P02";
+    /// 22021: bytes that are not UTF-8.
+    character_not_in_repertoire = "22021";
+    /// 22000: a value that cannot be sent.
+    data_exception = "22000";
+    /// 55P02: a read-only setting.
+    cant_change_runtime_param = "55P02";
+    /// 42P05: a prepared statement name already taken.
+    duplicate_prepared_statement = "42P05";
+    /// 26000: a prepared statement that does not exist.
+    invalid_sql_statement_name = "26000";
+    /// 00000: a NOTICE (successful completion).
+    notice = "00000";
+    /// 28000: authentication refused.
+    invalid_authorization_specification = "28000";
+    /// 53300: no session slot left.
+    too_many_connections = "53300";
+    /// 42P03: a cursor name already taken.
+    duplicate_cursor = "42P03";
+    /// 34000: a cursor that does not exist.
+    invalid_cursor_name = "34000";
+    /// 22003: a number out of its type's range.
+    numeric_value_out_of_range = "22003";
+    /// 42804: a value of the wrong type.
+    datatype_mismatch = "42804";
+    /// 42501: an operation the session may not do.
+    insufficient_privilege = "42501";
+    /// 53000: the server is out of a shared resource.
+    insufficient_resources = "53000";
+    /// 22008: a date or time out of range.
+    datetime_field_overflow = "22008";
+    /// 57014: a statement stopped by its client (COPY's CopyFail).
+    query_canceled = "57014";
 }
 
 impl From<&StoreError> for PgError {
@@ -272,18 +353,11 @@ impl From<&datafusion::common::DataFusionError> for PgError {
         use datafusion::common::DataFusionError as D;
         match e {
             // The store's and planner's own errors, raised inside a scan.
-            D::External(inner) => {
-                if let Some(p) = inner.downcast_ref::<PlanError>() {
-                    return PgError::from(p);
-                }
-                if let Some(s) = inner.downcast_ref::<StoreError>() {
-                    return PgError::from(s);
-                }
-                if let Some(p) = inner.downcast_ref::<PgError>() {
-                    return p.clone();
-                }
-                PgError::new("XX000", inner.to_string())
-            }
+            D::External(inner) => external(&**inner),
+            D::ArrowError(a, _) => match &**a {
+                arrow_schema::ArrowError::ExternalError(inner) => external(&**inner),
+                other => PgError::new(arrow_code(other), e.strip_backtrace()),
+            },
             D::Context(_, inner) | D::Diagnostic(_, inner) => PgError::from(&**inner),
             D::Shared(inner) => PgError::from(&**inner),
             D::SQL(p, _) => PgError::new("42601", format!("syntax error: {p}")),
@@ -291,10 +365,18 @@ impl From<&datafusion::common::DataFusionError> for PgError {
                 .hint("the analytics engine does not run this construct"),
             D::ResourcesExhausted(m) => PgError::new("53200", format!("out of memory: {m}"))
                 .hint("the analytics engine's memory (engine_memory_mb, shared by all sessions) was reached: narrow the query or aggregate less data"),
-            other => {
-                let m = other.strip_backtrace();
+            D::SchemaError(schema, _) => {
+                let code = match **schema {
+                    datafusion::common::SchemaError::FieldNotFound { .. } => "42703",
+                    datafusion::common::SchemaError::AmbiguousReference { .. } => "42702",
+                    _ => "42701",
+                };
+                PgError::new(code, e.strip_backtrace())
+            }
+            // DataFusion says these only in text (a `Plan` or `Execution`
+            // string, no variant of their own); PostgreSQL's words.
+            D::Plan(m) | D::Execution(m) => {
                 let lower = m.to_ascii_lowercase();
-                // DataFusion says these only in text; PostgreSQL's words.
                 if lower.contains("scalar subquery returned more than one row") {
                     return PgError::new(
                         "21000",
@@ -310,27 +392,71 @@ impl From<&datafusion::common::DataFusionError> for PgError {
                 }
                 let code = if lower.contains("table") && lower.contains("not found") {
                     "42P01"
-                } else if lower.contains("no field named") || lower.contains("column") && lower.contains("not found") {
-                    "42703"
                 } else if lower.contains("divide by zero") || lower.contains("division by zero") {
                     "22012"
                 } else if lower.contains("overflow") {
                     "22003"
-                } else if lower.contains("cast") || lower.contains("cannot parse") || lower.contains("invalid") && lower.contains("value") {
+                } else if lower.contains("cast")
+                    || lower.contains("cannot parse")
+                    || lower.contains("invalid") && lower.contains("value")
+                {
                     "22P02"
-                } else if matches!(other, D::Plan(_) | D::SchemaError(..)) {
-                    if lower.contains("function") {
-                        "42883"
-                    } else {
-                        "42601"
-                    }
+                } else if matches!(e, D::Plan(_)) {
+                    if lower.contains("function") { "42883" } else { "42601" }
                 } else {
                     "XX000"
                 };
-                PgError::new(code, m)
+                PgError::new(code, e.strip_backtrace())
             }
+            other => PgError::new("XX000", other.strip_backtrace()),
         }
     }
+}
+
+/// An error the engine carried from our own code (a scan's store or
+/// planner error), or another library's.
+fn external(inner: &(dyn std::error::Error + Send + Sync + 'static)) -> PgError {
+    if let Some(p) = inner.downcast_ref::<PlanError>() {
+        return PgError::from(p);
+    }
+    if let Some(s) = inner.downcast_ref::<StoreError>() {
+        return PgError::from(s);
+    }
+    if let Some(p) = inner.downcast_ref::<PgError>() {
+        return p.clone();
+    }
+    if let Some(d) = inner.downcast_ref::<datafusion::common::DataFusionError>() {
+        return PgError::from(d);
+    }
+    PgError::new("XX000", inner.to_string())
+}
+
+/// The SQLSTATE of an Arrow kernel's error, by its variant. A cast that
+/// overflows is a `CastError` whose text says so (Arrow has no variant).
+fn arrow_code(e: &arrow_schema::ArrowError) -> &'static str {
+    use arrow_schema::ArrowError as A;
+    match e {
+        A::DivideByZero => "22012",
+        A::ArithmeticOverflow(_) => "22003",
+        A::CastError(m) if m.to_ascii_lowercase().contains("overflow") => "22003",
+        A::CastError(_) | A::ParseError(_) => "22P02",
+        A::MemoryError(_) => "53200",
+        _ => "XX000",
+    }
+}
+
+/// Turns a PgError into pgwire's error.
+pub fn wire_error(e: PgError) -> PgWireError {
+    PgWireError::UserError(Box::new(error_info(e)))
+}
+
+/// pgwire's ErrorInfo for a PgError.
+pub fn error_info(e: PgError) -> ErrorInfo {
+    let mut info = ErrorInfo::new("ERROR".to_owned(), e.code.to_owned(), e.message);
+    info.detail = e.detail;
+    info.hint = e.hint;
+    info.position = e.position.map(|p| p.to_string());
+    info
 }
 
 #[cfg(test)]
@@ -339,7 +465,7 @@ mod tests {
 
     use super::*;
 
-    /// The SPEC §5 table, row by row.
+    /// The SQLSTATE table, row by row.
     #[test]
     fn the_spec_table() {
         let syntax = PlanError::Syntax {

@@ -23,7 +23,7 @@ use std::sync::{LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use tablegate_planner::AccessClass;
-use tablegate_planner::explain::Actuals;
+use tablegate_planner::Actuals;
 
 /// What kind of statement ran, as counters and metrics label it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! Running writes: a [`WritePlan`] with parameter values becomes store
-//! operations (SPEC §5).
+//! operations.
 //!
 //! **Autocommit.** The entities a statement touches are grouped by
 //! PartitionKey in key order, at most 100 operations and 4 MiB per group,
@@ -20,7 +20,7 @@ use std::time::Duration;
 use tablegate_catalog::{ColumnDefault, ColumnRef, Role, TableDef};
 
 use tablegate_store::RetryPolicy;
-use tablegate_store::partition::retry::{self, RetryStats, with_retry};
+use tablegate_store::retry::{self, RetryStats, with_retry};
 use tablegate_store::{
     Backend, Entity, EntityWrite, IfMatch, Operation, StoreError, TableStore, Value, limits,
 };
@@ -30,9 +30,8 @@ use crate::exec::{ExecOptions, scan_entities};
 use crate::identity::Identities;
 use crate::plan::BoundSelect;
 use crate::txn::{Change, Transaction};
-use crate::write::{
-    EvalCtx, InsertSource, OnConflict, Row, VExpr, WriteKind, WritePlan, assign, cast,
-};
+use crate::value_expr::{EvalCtx, Row, VExpr, assign, cast, default_value};
+use crate::write::{InsertSource, OnConflict, WriteKind, WritePlan};
 
 /// What a write statement did.
 #[derive(Debug, Clone, Default)]
@@ -331,7 +330,7 @@ impl Runner<'_> {
             for (col, i) in targets {
                 let v = match i.map(given).transpose()?.flatten() {
                     Some(v) => v,
-                    None => crate::write::default_value(col, table)?,
+                    None => default_value(col, table)?,
                 };
                 row.push((Arc::clone(col), v));
             }
@@ -389,7 +388,7 @@ impl Runner<'_> {
     ) -> Result<Option<Change>> {
         let table = &self.plan.table;
         let keys = || EntityWrite::new(it.pk.clone(), it.rk.clone());
-        let set_write = |set: &[(ColumnRef, crate::write::VExpr)], cur: Option<&Entity>| {
+        let set_write = |set: &[(ColumnRef, VExpr)], cur: Option<&Entity>| {
             let ctx = EvalCtx {
                 table,
                 params: self.params,

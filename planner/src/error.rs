@@ -110,7 +110,7 @@ pub enum PlanError {
     #[error("{0}")]
     Cardinality(String),
     /// A write inside BEGIN ... COMMIT breaks an entity-group transaction
-    /// rule (SPEC §5); the transaction is aborted.
+    /// rule; the transaction is aborted.
     #[error("{message}")]
     TransactionRule {
         /// Which rule.

@@ -8,9 +8,14 @@
 //! hand-off per batch. Throttled requests are
 //! retried with the session's retry policy; a scan resumes from its
 //! continuation token.
+//!
+//! Also owns what a run records ([`Actuals`]) and the store query a bound
+//! SELECT becomes ([`store_query`]). EXPLAIN reads both from here, so
+//! EXPLAIN depends on execution and execution knows nothing of EXPLAIN.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arrow_array::builder::{
     BinaryBuilder, BooleanBuilder, FixedSizeBinaryBuilder, Float64Builder, Int32Builder,
@@ -21,16 +26,15 @@ use arrow_schema::SchemaRef;
 use parking_lot::Mutex;
 use tablegate_catalog::{Role, SqlType, TableDef};
 use tablegate_store::driven::Driven;
-use tablegate_store::partition::retry::{RetryStats, with_retry};
 use tablegate_store::partition::scan::ScanOptions;
+use tablegate_store::retry::{RetryStats, with_retry};
 use tablegate_store::{
-    Backend, EncodedEntities, EncodedEntity, Entity, RawProperty, RetryPolicy, TableStore, Value,
-    ValueRef,
+    Backend, EncodedEntities, EncodedEntity, Entity, Query, RawProperty, RetryPolicy, TableStore,
+    Value, ValueRef,
 };
 use tokio::sync::mpsc;
 
 use crate::error::{PlanError, Result};
-use crate::explain::{Actuals, store_query};
 use crate::keys::AccessClass;
 use crate::plan::{BoundSelect, OutputColumn, Route};
 use crate::txn::Overlay;
@@ -59,6 +63,47 @@ impl Default for ExecOptions {
             allow_full_scan: true,
             overlay: None,
         }
+    }
+}
+
+/// What an executed access actually did: recorded while it runs, reported
+/// by EXPLAIN ANALYZE and the gateway's telemetry.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Actuals {
+    /// Entities the store read.
+    pub scanned: u64,
+    /// Rows returned.
+    pub returned: u64,
+    /// Pages read.
+    pub pages: u64,
+    /// Point lookups made.
+    pub lookups: u64,
+    /// Continuation tokens followed.
+    pub tokens_followed: u64,
+    /// Servers that served pages.
+    pub servers: BTreeSet<usize>,
+    /// Throttled retries.
+    pub retries: u32,
+    /// Time spent backing off.
+    pub backoff: Duration,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Property values read as NULL because another writer stored them
+    /// with a different EDM type than the column's (remote tables only).
+    pub type_mismatches: u64,
+}
+
+/// The store query a bound access sends (spans, filter, projection);
+/// EXPLAIN estimates this same query.
+pub fn store_query(b: &BoundSelect) -> Query {
+    let mut projection = b.plan.store_projection();
+    if let Some(f) = &b.access.filter {
+        f.properties(&mut projection);
+    }
+    Query {
+        spans: b.access.spans.clone(),
+        filter: b.access.filter.clone(),
+        projection: Some(projection),
     }
 }
 

@@ -1,5 +1,6 @@
 //! EXPLAIN: what a table access will cost, estimated from the store's
-//! statistics before running it, and (ANALYZE) what it did cost.
+//! statistics before running it, and (ANALYZE) what it did cost, from the
+//! [`Actuals`] execution recorded ([`crate::exec`]).
 //!
 //! Estimates: entities scanned come from per-partition counts plus bounded
 //! key probes of partly covered partitions (the store's estimator); returned
@@ -12,10 +13,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::json;
+use tablegate_store::Backend;
 use tablegate_store::partition::Targets;
-use tablegate_store::{Backend, Query};
 
 use crate::error::Result;
+use crate::exec::{Actuals, store_query};
 use crate::keys::{AccessClass, equality_columns, render_spans, selectivity};
 use crate::plan::{BoundSelect, Route};
 
@@ -63,45 +65,6 @@ impl Estimate {
         } else {
             self.returned as f64 / self.scanned as f64
         }
-    }
-}
-
-/// What an executed access actually did (EXPLAIN ANALYZE).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Actuals {
-    /// Entities the store read.
-    pub scanned: u64,
-    /// Rows returned.
-    pub returned: u64,
-    /// Pages read.
-    pub pages: u64,
-    /// Point lookups made.
-    pub lookups: u64,
-    /// Continuation tokens followed.
-    pub tokens_followed: u64,
-    /// Servers that served pages.
-    pub servers: BTreeSet<usize>,
-    /// Throttled retries.
-    pub retries: u32,
-    /// Time spent backing off.
-    pub backoff: Duration,
-    /// Wall time.
-    pub elapsed: Duration,
-    /// Property values read as NULL because another writer stored them
-    /// with a different EDM type than the column's (remote tables only).
-    pub type_mismatches: u64,
-}
-
-/// The store query a bound access sends (spans, filter, projection).
-pub fn store_query(b: &BoundSelect) -> Query {
-    let mut projection = b.plan.store_projection();
-    if let Some(f) = &b.access.filter {
-        f.properties(&mut projection);
-    }
-    Query {
-        spans: b.access.spans.clone(),
-        filter: b.access.filter.clone(),
-        projection: Some(projection),
     }
 }
 

@@ -107,60 +107,6 @@ pub struct KeySet {
     pub lossy: bool,
 }
 
-fn lo_max(a: &Bound<String>, b: &Bound<String>) -> Bound<String> {
-    match (a, b) {
-        (Bound::Unbounded, x) | (x, Bound::Unbounded) => x.clone(),
-        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
-            if x > y {
-                a.clone()
-            } else if y > x {
-                b.clone()
-            } else if matches!(a, Bound::Excluded(_)) {
-                a.clone()
-            } else {
-                b.clone()
-            }
-        }
-    }
-}
-
-fn hi_min(a: &Bound<String>, b: &Bound<String>) -> Bound<String> {
-    match (a, b) {
-        (Bound::Unbounded, x) | (x, Bound::Unbounded) => x.clone(),
-        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
-            if x < y {
-                a.clone()
-            } else if y < x {
-                b.clone()
-            } else if matches!(a, Bound::Excluded(_)) {
-                a.clone()
-            } else {
-                b.clone()
-            }
-        }
-    }
-}
-
-fn lo_min(a: &Bound<String>, b: &Bound<String>) -> Bound<String> {
-    if lo_max(a, b) == *a {
-        b.clone()
-    } else {
-        a.clone()
-    }
-}
-
-fn hi_max(a: &Bound<String>, b: &Bound<String>) -> Bound<String> {
-    if hi_min(a, b) == *a {
-        b.clone()
-    } else {
-        a.clone()
-    }
-}
-
-fn intersect(a: &KeyInterval, b: &KeyInterval) -> KeyInterval {
-    KeyInterval::new(lo_max(&a.lo, &b.lo), hi_min(&a.hi, &b.hi))
-}
-
 /// Do two intervals overlap or touch, so that their union is an interval?
 fn joinable(a: &KeyInterval, b: &KeyInterval) -> bool {
     let touches = |hi: &Bound<String>, lo: &Bound<String>| match (hi, lo) {
@@ -238,8 +184,8 @@ impl KeySet {
         for a in &self.boxes {
             for b in &other.boxes {
                 let x = KeyBox {
-                    pk: intersect(&a.pk, &b.pk),
-                    rk: intersect(&a.rk, &b.rk),
+                    pk: a.pk.intersect(&b.pk),
+                    rk: a.rk.intersect(&b.rk),
                 };
                 if !x.pk.is_empty() && !x.rk.is_empty() {
                     boxes.push(x);
@@ -313,7 +259,7 @@ impl KeySet {
                 .boxes
                 .iter()
                 .map(|b| b.pk.clone())
-                .reduce(|a, b| KeyInterval::new(lo_min(&a.lo, &b.lo), hi_max(&a.hi, &b.hi)));
+                .reduce(|a, b| a.hull(&b));
             self.boxes = vec![KeyBox {
                 pk: pk.unwrap_or_else(KeyInterval::all),
                 rk: KeyInterval::all(),
@@ -331,13 +277,13 @@ const EXHAUSTIVE_MERGE: usize = 64;
 fn union_of(a: &KeyBox, b: &KeyBox) -> Option<KeyBox> {
     if a.rk == b.rk && joinable(&a.pk, &b.pk) {
         Some(KeyBox {
-            pk: KeyInterval::new(lo_min(&a.pk.lo, &b.pk.lo), hi_max(&a.pk.hi, &b.pk.hi)),
+            pk: a.pk.hull(&b.pk),
             rk: a.rk.clone(),
         })
     } else if a.pk == b.pk && a.pk.as_point().is_some() && joinable(&a.rk, &b.rk) {
         Some(KeyBox {
             pk: a.pk.clone(),
-            rk: KeyInterval::new(lo_min(&a.rk.lo, &b.rk.lo), hi_max(&a.rk.hi, &b.rk.hi)),
+            rk: a.rk.hull(&b.rk),
         })
     } else {
         None

@@ -82,6 +82,7 @@ pub mod identity;
 pub mod keys;
 pub mod plan;
 pub mod txn;
+pub mod value_expr;
 pub mod write;
 
 use std::sync::Arc;
@@ -94,21 +95,29 @@ use tablegate_store::{Backend, Value};
 
 pub use apply::WriteOutcome;
 pub use error::{PlanError, Result, TxnRule};
+pub use exec::Actuals;
 pub use exec::{ExecOptions, RowStream};
-pub use explain::{Actuals, Estimate};
+pub use explain::Estimate;
 pub use keys::{Access, AccessClass};
 pub use plan::{BoundSelect, Route, SelectPlan};
 pub use tablegate_catalog as catalog;
 pub use txn::Transaction;
 pub use write::WritePlan;
 
-/// A planned statement.
+/// A planned statement: which engine runs it is part of the plan.
 #[derive(Debug, Clone)]
 pub enum Plan {
-    /// A SELECT.
+    /// A SELECT the native path runs.
     Select(Arc<SelectPlan>),
-    /// EXPLAIN [ANALYZE] [FORMAT JSON] of a SELECT, or EXPLAIN of an
-    /// UPDATE / DELETE (the scan that finds the rows it writes).
+    /// A query the analytics engine (DataFusion) runs, or explains.
+    Analytics {
+        /// Why the native path does not run it.
+        reason: String,
+        /// `Some(analyze)` for EXPLAIN [ANALYZE] of it.
+        explain: Option<bool>,
+    },
+    /// EXPLAIN [ANALYZE] [FORMAT JSON] of a native SELECT, or EXPLAIN of
+    /// an UPDATE / DELETE (the scan that finds the rows it writes).
     Explain {
         /// Run it too.
         analyze: bool,
@@ -147,6 +156,17 @@ pub enum Plan {
     /// A statement the planner does not handle (session commands, writes):
     /// the gateway decides.
     Other(Box<Statement>),
+}
+
+/// Why a routed query is the analytics engine's.
+fn engine_reason(routed: plan::Routed) -> String {
+    match routed {
+        plan::Routed::Bound(s) => match s.route {
+            Route::Engine(reason) => reason,
+            Route::Native => String::new(),
+        },
+        plan::Routed::Engine(reason) => reason,
+    }
 }
 
 /// The result of a DDL statement.
@@ -220,10 +240,18 @@ impl Planner {
         })
     }
 
-    /// Plans one statement (prepare time: names, types, route).
+    /// Plans one statement (prepare time: names, types, and the route:
+    /// native or analytics, decided once, here and in
+    /// [`plan::plan_query`]).
     pub fn plan(&self, stmt: &Statement, sql: &str) -> Result<Plan> {
         Ok(match stmt {
-            Statement::Query(q) => Plan::Select(Arc::new(plan::plan_query(&self.catalog, q, sql)?)),
+            Statement::Query(q) => match plan::plan_query(&self.catalog, q, sql)? {
+                plan::Routed::Bound(s) if s.route == Route::Native => Plan::Select(Arc::new(s)),
+                routed => Plan::Analytics {
+                    reason: engine_reason(routed),
+                    explain: None,
+                },
+            },
             Statement::Explain { statement, .. } => {
                 let (analyze, json) = explain_flags(stmt)?;
                 let write = |kind: &'static str, w: WritePlan| -> Result<Plan> {
@@ -246,11 +274,17 @@ impl Planner {
                     })
                 };
                 match &**statement {
-                    Statement::Query(q) => Plan::Explain {
-                        analyze,
-                        json,
-                        select: Arc::new(plan::plan_query(&self.catalog, q, sql)?),
-                        write: None,
+                    Statement::Query(q) => match plan::plan_query(&self.catalog, q, sql)? {
+                        plan::Routed::Bound(s) if s.route == Route::Native => Plan::Explain {
+                            analyze,
+                            json,
+                            select: Arc::new(s),
+                            write: None,
+                        },
+                        routed => Plan::Analytics {
+                            reason: engine_reason(routed),
+                            explain: Some(analyze),
+                        },
                     },
                     Statement::Update(u) => {
                         write("Update", write::plan_update(&self.catalog, u, sql)?)?

@@ -1,6 +1,9 @@
 //! SELECT planning: one statement bound against the catalog, with its route
 //! (native path or the analytics engine) decided at prepare time and its
 //! key spans at bind time, once parameter values are known.
+//!
+//! Also owns the select-list binder (`bind_select_list`) that a write's
+//! RETURNING shares, so `*`, aliases and output names mean the same in both.
 
 use std::sync::Arc;
 
@@ -139,26 +142,33 @@ impl SelectPlan {
     }
 }
 
-/// Plans a query expression (`SELECT ...`).
-pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<SelectPlan> {
-    let engine = |reason: &str| reason.to_owned();
+/// What planning a query decided: bound against one table (whose
+/// [`SelectPlan::route`] says whether the native path runs it), or a shape
+/// only the analytics engine runs, before any table is bound.
+#[derive(Debug, Clone)]
+pub enum Routed {
+    /// One table's query, bound and classified.
+    Bound(SelectPlan),
+    /// WITH, set operations, VALUES, joins, subqueries in FROM, no FROM,
+    /// other schemas and system catalogs: the reason names the shape.
+    Engine(String),
+}
+
+/// Plans a query expression (`SELECT ...`): **where a statement is routed**
+/// between the native path and the analytics engine.
+pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Routed> {
+    let engine = |reason: &str| Ok(Routed::Engine(reason.to_owned()));
     let mut reasons: Vec<String> = Vec::new();
     if q.with.is_some() {
-        return Err(PlanError::NeedsAnalytics {
-            reason: engine("WITH (common table expressions)"),
-        });
+        return engine("WITH (common table expressions)");
     }
     let select = match &*q.body {
         SetExpr::Select(s) => s,
         SetExpr::SetOperation { op, .. } => {
-            return Err(PlanError::NeedsAnalytics {
-                reason: format!("{op} of several queries"),
-            });
+            return engine(&format!("{op} of several queries"));
         }
         SetExpr::Values(_) => {
-            return Err(PlanError::NeedsAnalytics {
-                reason: "VALUES lists".into(),
-            });
+            return engine("VALUES lists");
         }
         other => {
             return Err(PlanError::Unsupported {
@@ -172,9 +182,7 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Select
     };
     let (table, alias) = match select.from.as_slice() {
         [] => {
-            return Err(PlanError::NeedsAnalytics {
-                reason: "SELECT without FROM".into(),
-            });
+            return engine("SELECT without FROM");
         }
         [twj] if twj.joins.is_empty() => match &twj.relation {
             TableFactor::Table {
@@ -197,23 +205,28 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Select
                     && let Some(schema) = schema.as_ident()
                     && fold(schema) != "public"
                 {
-                    return Err(PlanError::NeedsAnalytics {
-                        reason: format!("a table in schema {}", fold(schema)),
-                    });
+                    return engine(&format!("a table in schema {}", fold(schema)));
                 }
                 let folded = fold(&ident);
-                let def = catalog
-                    .table(&folded)
-                    .map_err(|_| PlanError::UnknownTable {
-                        name: folded.clone(),
+                let Ok(def) = catalog.table(&folded) else {
+                    // PostgreSQL's catalogs are the analytics engine's
+                    // (drivers and psql query them unqualified).
+                    let lower = sql.to_ascii_lowercase();
+                    if folded.starts_with("pg_")
+                        || lower.contains("pg_catalog")
+                        || lower.contains("information_schema")
+                    {
+                        return engine("a system catalog query");
+                    }
+                    return Err(PlanError::UnknownTable {
+                        name: folded,
                         position: char_position(sql, ident.span.start),
-                    })?;
+                    });
+                };
                 (def, alias.as_ref().map(|a| fold(&a.name)))
             }
             TableFactor::Derived { .. } => {
-                return Err(PlanError::NeedsAnalytics {
-                    reason: "a subquery in FROM".into(),
-                });
+                return engine("a subquery in FROM");
             }
             other => {
                 return Err(PlanError::Unsupported {
@@ -223,57 +236,22 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Select
             }
         },
         _ => {
-            return Err(PlanError::NeedsAnalytics {
-                reason: "a join".into(),
-            });
+            return engine("a join");
         }
     };
     let mut b = Binder::new(&table, alias, sql);
 
-    // Projection.
-    let mut columns = Vec::new();
-    for item in &select.projection {
-        match item {
-            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
-                columns.extend(table.star().into_iter().map(|c| OutputColumn {
-                    name: c.name.clone(),
-                    column: c,
-                }));
+    // Projection: what is not a column goes to the engine.
+    let columns = bind_select_list(&b, &select.projection, Parens::Unwrap, |item| {
+        reasons.push(match item {
+            Unbound::Expr(Expr::Function(f)) => {
+                format!("function {}() in the select list", f.name)
             }
-            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                let alias = match item {
-                    SelectItem::ExprWithAlias { alias, .. } => Some(fold(alias)),
-                    _ => None,
-                };
-                match strip(e) {
-                    Expr::Identifier(i) => {
-                        let c = b.column(std::slice::from_ref(i))?;
-                        columns.push(OutputColumn {
-                            name: alias.unwrap_or_else(|| c.name.clone()),
-                            column: c,
-                        });
-                    }
-                    Expr::CompoundIdentifier(ids) => {
-                        let c = b.column(ids)?;
-                        columns.push(OutputColumn {
-                            name: alias.unwrap_or_else(|| c.name.clone()),
-                            column: c,
-                        });
-                    }
-                    other => {
-                        let what = match other {
-                            Expr::Function(f) => {
-                                format!("function {}() in the select list", f.name)
-                            }
-                            _ => format!("expression {other} in the select list"),
-                        };
-                        reasons.push(what);
-                    }
-                }
-            }
-            other => reasons.push(format!("select item {other}")),
-        }
-    }
+            Unbound::Expr(e) => format!("expression {e} in the select list"),
+            Unbound::Item(i) => format!("select item {i}"),
+        });
+        Ok(())
+    })?;
 
     let predicate = select
         .selection
@@ -406,7 +384,7 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Select
     } else {
         Route::Engine(reasons.join("; "))
     };
-    Ok(SelectPlan {
+    Ok(Routed::Bound(SelectPlan {
         table,
         columns,
         predicate,
@@ -415,7 +393,93 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Select
         param_types,
         route,
         schema: ResultSchema::default(),
-    })
+    }))
+}
+
+/// How a select list reads a parenthesized column reference `(a)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Parens {
+    /// As the column (SELECT).
+    Unwrap,
+    /// As an expression, left to the caller (RETURNING).
+    Keep,
+}
+
+/// A select-list item that is neither a wildcard nor a column reference:
+/// [`bind_select_list`] leaves it to its caller.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Unbound<'q> {
+    /// An expression (with parentheses removed under [`Parens::Unwrap`]).
+    Expr(&'q Expr),
+    /// A select item of another form.
+    Item(&'q SelectItem),
+}
+
+impl std::fmt::Display for Unbound<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unbound::Expr(e) => e.fmt(f),
+            Unbound::Item(i) => i.fmt(f),
+        }
+    }
+}
+
+/// Every column `*` selects, named as itself.
+pub(crate) fn star_columns(table: &TableDef) -> Vec<OutputColumn> {
+    table
+        .star()
+        .into_iter()
+        .map(|c| OutputColumn {
+            name: c.name.clone(),
+            column: c,
+        })
+        .collect()
+}
+
+/// Binds a select list (a SELECT's, a write's RETURNING) to output
+/// columns: `*` and `t.*` are every column ([`star_columns`]); a column
+/// reference is that column, named by its alias or else its own name.
+/// Anything else goes to `other`, in list order, which decides: a SELECT
+/// sends it to the analytics engine, RETURNING refuses it (its error stops
+/// the binding).
+pub(crate) fn bind_select_list<'q>(
+    b: &Binder<'_>,
+    items: &'q [SelectItem],
+    parens: Parens,
+    mut other: impl FnMut(Unbound<'q>) -> Result<()>,
+) -> Result<Vec<OutputColumn>> {
+    let mut columns = Vec::new();
+    for item in items {
+        match item {
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
+                columns.extend(star_columns(b.table));
+            }
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                let alias = match item {
+                    SelectItem::ExprWithAlias { alias, .. } => Some(fold(alias)),
+                    _ => None,
+                };
+                let e = match parens {
+                    Parens::Unwrap => strip(e),
+                    Parens::Keep => e,
+                };
+                let c = match e {
+                    Expr::Identifier(i) => b.column(std::slice::from_ref(i))?,
+                    Expr::CompoundIdentifier(ids) => b.column(ids)?,
+                    e => {
+                        other(Unbound::Expr(e))?;
+                        continue;
+                    }
+                };
+                columns.push(OutputColumn {
+                    name: alias.unwrap_or_else(|| c.name.clone()),
+                    column: c,
+                });
+            }
+            item => other(Unbound::Item(item))?,
+        }
+    }
+    Ok(columns)
 }
 
 fn strip(e: &Expr) -> &Expr {
@@ -449,5 +513,60 @@ fn opaque_part(p: &BExpr) -> String {
             .unwrap_or_default(),
         BExpr::Not(x) => opaque_part(x),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Plan, Planner};
+
+    /// Output names of a statement's result (SELECT) or RETURNING (write),
+    /// or the refusal / engine reason.
+    async fn names(p: &Planner, sql: &str) -> Result<Vec<String>, String> {
+        let stmt = &Planner::parse(sql).expect("parses")[0];
+        let cols = match p.plan(stmt, sql).map_err(|e| format!("{e:?}"))? {
+            Plan::Analytics { reason, .. } => return Err(format!("Engine({reason:?})")),
+            Plan::Select(s) => s.columns.clone(),
+            Plan::Write(w) => w.returning.clone(),
+            other => panic!("unexpected plan {other:?}"),
+        };
+        Ok(cols
+            .into_iter()
+            .map(|c| format!("{}={}", c.name, c.column.name))
+            .collect())
+    }
+
+    /// SELECT and RETURNING bind `*`, qualified names and aliases alike;
+    /// they differ only in what is not a column: a SELECT reads `(a)` as
+    /// `a` and sends expressions to the engine, RETURNING refuses both.
+    #[tokio::test]
+    async fn select_and_returning_share_the_select_list() {
+        let store = tablegate_store::PartitionedStore::new(
+            tablegate_store::LocalStore::in_memory(),
+            tablegate_store::partition::PartitionConfig::default(),
+        )
+        .expect("store");
+        let p = Planner::open(store).await.expect("planner");
+        let ddl = "CREATE TABLE tab (pk text, rk text, a int, PRIMARY KEY (pk, rk))";
+        let plan = p
+            .plan(&Planner::parse(ddl).expect("parses")[0], ddl)
+            .expect("plans");
+        p.run_ddl(&plan).await.expect("created");
+        let list = "*, x.a AS b, rk";
+        let select = names(&p, &format!("SELECT {list} FROM tab AS x")).await;
+        let returning = names(&p, &format!("DELETE FROM tab AS x RETURNING {list}")).await;
+        assert_eq!(select, returning);
+        assert_eq!(
+            select.expect("binds")[..4],
+            ["pk=pk", "rk=rk", "a=a", "timestamp=timestamp"]
+        );
+        assert_eq!(
+            names(&p, "SELECT (a) FROM tab").await,
+            Ok(vec!["a=a".into()])
+        );
+        let refused = names(&p, "DELETE FROM tab RETURNING (a)").await;
+        assert!(refused.is_err_and(|e| e.contains("RETURNING (a)")));
+        let engine = names(&p, "SELECT a + 1 FROM tab").await;
+        assert!(engine.is_err_and(|e| e.contains("expression a + 1 in the select list")));
     }
 }

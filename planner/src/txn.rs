@@ -1,4 +1,4 @@
-//! `BEGIN ... COMMIT` as one entity-group transaction (SPEC §5).
+//! `BEGIN ... COMMIT` as one entity-group transaction.
 //!
 //! A [`Transaction`] buffers the writes of its statements: nothing reaches
 //! the store before COMMIT, which sends them as **one** EGT. Every write
@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use tablegate_catalog::TableDef;
 use tablegate_store::entity::write_size;
-use tablegate_store::partition::retry::{RetryStats, with_retry};
+use tablegate_store::retry::{RetryStats, with_retry};
 use tablegate_store::{
     Backend, Entity, EntityWrite, IfMatch, Operation, RetryPolicy, StoreError, TableStore, Value,
     limits,

@@ -71,7 +71,7 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
     /// An entity-group transaction (a single write is a batch of one).
     /// Shared, not owned: a caller that retries a throttled batch sends the
     /// same operations again, and copying every entity's properties for
-    /// the first attempt was ~4% of a 100-row INSERT's server CPU.
+    /// the first attempt showed in a 100-row INSERT's server CPU.
     async fn execute(&self, table: &str, ops: Arc<[Operation]>) -> Result<Vec<OpOutcome>>;
     /// Table counts.
     async fn table_stats(&self, table: &str) -> Result<TableStats>;

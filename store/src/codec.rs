@@ -330,8 +330,8 @@ impl<'a> RawProperty<'a> {
     #[inline]
     pub fn name_cmp(&self, name: &str) -> std::cmp::Ordering {
         let (a, b) = (self.name, name.as_bytes());
-        // Column names are short, and a slice comparison calls memcmp:
-        // that call was ~5% of a full scan reading two columns.
+        // Column names are short, and a slice comparison calls memcmp,
+        // which showed in a full scan's profile.
         if a.len() <= 16 && b.len() <= 16 {
             for (x, y) in a.iter().zip(b) {
                 if x != y {
@@ -351,8 +351,8 @@ impl<'a> RawProperty<'a> {
 
     /// The value, if the property is an Int32. A reader filling a column of
     /// one type asks for that type alone: the answer comes back in a
-    /// register, where a [`ValueRef`] went through memory (a full scan spent
-    /// ~7% of its time in the stall of reading it back).
+    /// register, where a [`ValueRef`] went through memory (and a full scan
+    /// stalled reading it back).
     #[inline]
     pub fn int32(&self) -> Option<i32> {
         (self.tag == TAG_INT32).then(|| i32::from_be_bytes(self.fixed()))
@@ -565,8 +565,8 @@ impl<'a> EncodedEntity<'a> {
     pub fn partition_key(&self) -> &'a str {
         let k = &self.key[TABLE_PREFIX_LEN..TABLE_PREFIX_LEN + self.pk_len];
         // The store writes keys from strings; a page of undecoded entities
-        // does not check each one (that was ~4% of a full scan that reads
-        // no key), so a damaged key reads as empty here.
+        // does not check each one (a cost a full scan that reads no key
+        // would pay per entity), so a damaged key reads as empty here.
         std::str::from_utf8(k).unwrap_or_default()
     }
 

@@ -116,7 +116,7 @@ impl Value {
         }
     }
 
-    /// Bytes this value counts for in the entity size formula (SPEC §3).
+    /// Bytes this value counts for in the entity size formula.
     pub fn size_in_formula(&self) -> usize {
         match self {
             Value::String(s) => 2 * utf16_len(s) + 4,
@@ -207,8 +207,8 @@ pub fn guid_text(g: &[u8; 16]) -> String {
 /// Counted from the UTF-8 bytes: one unit per character (every byte that
 /// is not a continuation byte) and a second one per character outside the
 /// BMP (4-byte sequences, lead byte `0xF0..`). Decoding character by
-/// character cost a COPY of 1M ~100-character rows 10% of its CPU (the size
-/// formula runs several times per row); this loop vectorizes.
+/// character showed in a COPY's profile (the size formula runs several
+/// times per row); this loop vectorizes.
 pub fn utf16_len(s: &str) -> usize {
     s.bytes()
         .map(|b| usize::from(b & 0xC0 != 0x80) + usize::from(b >= 0xF0))

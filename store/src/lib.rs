@@ -4,7 +4,7 @@
 //!
 //! - [`engine`] — a narrow key/value trait with two implementations, fjall
 //!   (durable, group-committed) and memory, and the layer over either that
-//!   packs each partition's entities into chunks (`engine/packed.rs`).
+//!   packs each partition's entities into chunks (`engine/packed/`).
 //!   Private: nothing above this crate sees fjall.
 //! - [`codec`] — byte encodings. Keys are `table ++ pk ++ 0x00 ++ rk`, whose
 //!   byte order is (PartitionKey, RowKey) ordinal order.
@@ -12,8 +12,9 @@
 //!   Timestamps, and every documented limit as a check with its own error.
 //! - [`ops`] — Insert / Replace / Merge / upserts / Delete / If-Match
 //!   semantics and entity-group transaction rules, engine-independent.
-//! - [`query`], [`filter`] — key spans, residual filters (SQL three-valued
-//!   logic), page requests, pages and continuation tokens.
+//! - [`query`], [`filter`] — key spans and their interval arithmetic,
+//!   residual filters (SQL three-valued logic), page requests, pages and
+//!   continuation tokens.
 //! - [`local`] — [`LocalStore`], the embedded store that puts these together:
 //!   atomic EGTs, paged scans, per-partition statistics.
 //! - [`api`] — [`TableStore`], the async page-based trait that the partition
@@ -25,8 +26,8 @@
 //! - [`partition`] — [`PartitionedStore`], the partition layer over
 //!   [`LocalStore`]: range partitions on partition servers, routing,
 //!   throttling at the scalability targets, load balancing, hot-partition
-//!   and insert-pattern detection, parallel scans, and the retry policy.
-//!
+//!   and insert-pattern detection, parallel scans.
+//! - [`retry`] — the retry policy, for every backend's throttling.
 //! - [`driven`] — [`driven::Driven`], a channel whose producer runs in the
 //!   reader's task (scans without task hand-offs).
 //!
@@ -49,6 +50,7 @@ pub mod local;
 pub mod ops;
 pub mod partition;
 pub mod query;
+pub mod retry;
 
 pub use api::{
     PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore, write_on_this_thread,
@@ -62,8 +64,9 @@ pub use error::{KeyKind, Result, StoreError};
 pub use filter::{CmpOp, Field, Filter};
 pub use local::{LocalStore, StoreOptions};
 pub use ops::{OpOutcome, Operation, Written};
-pub use partition::{PartitionConfig, PartitionedStore, RetryPolicy, Targets};
+pub use partition::{PartitionConfig, PartitionedStore, Targets};
 pub use query::{ContinuationToken, KeyBox, KeyInterval, Page, PageRequest, Query};
+pub use retry::{RetryPolicy, RetryStats};
 
 /// `name` in lower case, copied only if it has upper-case letters (table
 /// names are matched case-insensitively; most are written in lower case,

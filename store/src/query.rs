@@ -13,6 +13,7 @@
 //! where another partition server's range begins). A page that ends early
 //! carries a [`ContinuationToken`] holding the next PartitionKey and RowKey.
 
+use std::cmp::Ordering;
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::time::Duration;
@@ -81,6 +82,22 @@ impl KeyInterval {
     /// From two bounds.
     pub fn new(lo: Bound<String>, hi: Bound<String>) -> Self {
         KeyInterval { lo, hi }
+    }
+
+    /// The keys in both (an empty interval when they do not overlap).
+    pub fn intersect(&self, other: &KeyInterval) -> KeyInterval {
+        KeyInterval::new(
+            pick(&self.lo, &other.lo, true, true),
+            pick(&self.hi, &other.hi, false, true),
+        )
+    }
+
+    /// The smallest interval holding both.
+    pub fn hull(&self, other: &KeyInterval) -> KeyInterval {
+        KeyInterval::new(
+            pick(&self.lo, &other.lo, true, false),
+            pick(&self.hi, &other.hi, false, false),
+        )
     }
 
     /// The single key, when the interval is one point.
@@ -490,9 +507,70 @@ impl ContinuationToken {
     }
 }
 
+/// Of two bounds on the same side of an interval (`lower` or upper), the
+/// tighter one (`tighter`) or the looser one. At equal keys an exclusive
+/// bound is the tighter; an unbounded side is the loosest.
+fn pick(a: &Bound<String>, b: &Bound<String>, lower: bool, tighter: bool) -> Bound<String> {
+    match (a, b) {
+        (Bound::Unbounded, x) | (x, Bound::Unbounded) => {
+            if tighter {
+                x.clone()
+            } else {
+                Bound::Unbounded
+            }
+        }
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            let a_tighter = match x.cmp(y) {
+                Ordering::Equal => matches!(a, Bound::Excluded(_)),
+                o => (o == Ordering::Greater) == lower,
+            };
+            if a_tighter == tighter {
+                a.clone()
+            } else {
+                b.clone()
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    fn bound() -> impl Strategy<Value = Bound<String>> {
+        prop_oneof![
+            Just(Bound::Unbounded),
+            "[a-d]{0,2}".prop_map(Bound::Included),
+            "[a-d]{0,2}".prop_map(Bound::Excluded),
+        ]
+    }
+
+    proptest! {
+        /// Checked key by key over a small alphabet: the intersection holds
+        /// exactly the keys of both, the hull every key of either and
+        /// nothing outside the two intervals' extremes.
+        #[test]
+        fn intersect_and_hull_hold_the_right_keys(
+            a in (bound(), bound()), b in (bound(), bound()), k in "[a-d]{0,3}",
+        ) {
+            let (a, b) = (KeyInterval::new(a.0, a.1), KeyInterval::new(b.0, b.1));
+            prop_assert_eq!(
+                a.intersect(&b).contains(&k),
+                a.contains(&k) && b.contains(&k)
+            );
+            let h = a.hull(&b);
+            if a.contains(&k) || b.contains(&k) {
+                prop_assert!(h.contains(&k));
+            }
+            let past_hi = |iv: &KeyInterval| !iv.contains(&k) && !KeyInterval::new(Bound::Unbounded, iv.hi.clone()).contains(&k);
+            let before_lo = |iv: &KeyInterval| !iv.contains(&k) && !KeyInterval::new(iv.lo.clone(), Bound::Unbounded).contains(&k);
+            if (past_hi(&a) && past_hi(&b)) || (before_lo(&a) && before_lo(&b)) {
+                prop_assert!(!h.contains(&k));
+            }
+        }
+    }
 
     #[test]
     fn token_round_trip_and_binding() {

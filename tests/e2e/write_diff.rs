@@ -218,7 +218,7 @@ fn step(r: &mut Rng, present: &[Row]) -> Step {
         }
         // Multi-row INSERT over several PartitionKeys, of keys absent
         // before the step. A multi-partition statement is one EGT per
-        // PartitionKey by design (SPEC §5), so when one key exists the
+        // PartitionKey by design, so when one key exists the
         // other partitions' rows may stay written, unlike PostgreSQL; that
         // difference is documented, not compared here.
         7 => {
@@ -335,7 +335,7 @@ fn step(r: &mut Rng, present: &[Row]) -> Step {
 ///
 /// Value errors that only show up while a multi-partition UPDATE or upsert
 /// is applied are left out: tablegate applies such a statement one
-/// PartitionKey at a time (SPEC §5) and keeps the partitions written before
+/// PartitionKey at a time and keeps the partitions written before
 /// the failing one. So the overflow statements here are in one partition
 /// and built from the current contents to fail for sure: an overflow that
 /// succeeded would leave values near `i32::MAX` for later multi-partition

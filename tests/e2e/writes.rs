@@ -1,4 +1,4 @@
-//! Writes over SQL with entity-group semantics (SPEC §5): every statement
+//! Writes over SQL with entity-group semantics: every statement
 //! form through tokio-postgres and psql, transactions as one EGT, and
 //! concurrent sessions that never lose an update.
 

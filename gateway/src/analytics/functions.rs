@@ -16,11 +16,11 @@ use datafusion::logical_expr::{
 use datafusion::prelude::SessionContext;
 use parking_lot::Mutex;
 
-use crate::session::Session;
+use crate::settings::Settings;
 
 /// Registers the functions on `ctx` for a session of `user` whose settings
 /// `session` holds.
-pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Session>>) {
+pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Settings>>) {
     let text = |name: &str, value: String| {
         let v = ScalarValue::Utf8(Some(value));
         create_udf(
@@ -31,7 +31,7 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Session>>) 
             Arc::new(move |_| Ok(ColumnarValue::Scalar(v.clone()))),
         )
     };
-    ctx.register_udf(text("version", crate::session::version_string()));
+    ctx.register_udf(text("version", crate::settings::version_string()));
     // sqlparser reads `current_user`, `session_user` and `user` as calls.
     for name in ["current_user", "session_user", "user", "current_role"] {
         ctx.register_udf(text(name, user.to_owned()));
@@ -225,11 +225,11 @@ impl ScalarUDFImpl for PgTypeof {
 #[derive(Debug)]
 struct CurrentSetting {
     signature: Signature,
-    session: Arc<Mutex<Session>>,
+    session: Arc<Mutex<Settings>>,
 }
 
 impl CurrentSetting {
-    fn new(session: Arc<Mutex<Session>>) -> Self {
+    fn new(session: Arc<Mutex<Settings>>) -> Self {
         CurrentSetting {
             signature: Signature::one_of(
                 vec![

@@ -136,9 +136,7 @@ impl Pool {
         match tokio::time::timeout(self.queue_wait, self.running.clone().acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
             _ => Err(DataFusionError::External(Box::new(
-                crate::sqlstate::PgError::new(
-                    "53000",
-                    format!(
+                crate::sqlstate::PgError::insufficient_resources(format!(
                         "the analytics engine is busy: {} statements are running and this one waited {:?}",
                         self.limit,
                         self.queue_wait
@@ -216,7 +214,7 @@ pub struct Engine {
     opts: SharedOptions,
     parser: dialect::SqlDialect,
     /// The connection's settings as of its current statement.
-    session: Arc<Mutex<crate::session::Session>>,
+    session: Arc<Mutex<crate::settings::Settings>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -286,7 +284,7 @@ impl Engine {
                 Arc::new(pg_fix::PgCatalogFix::new(pg, planner_for_fix)),
             )?;
         }
-        let session = Arc::new(Mutex::new(crate::session::Session::default()));
+        let session = Arc::new(Mutex::new(crate::settings::Settings::default()));
         functions::register(&ctx, user, session.clone());
         ctx.add_analyzer_rule(Arc::new(literals::TimestampLiterals));
         Ok(Engine {
@@ -299,7 +297,7 @@ impl Engine {
     }
 
     /// The settings the next statement reads (`current_setting`).
-    pub fn set_session(&self, session: &crate::session::Session) {
+    pub fn set_session(&self, session: &crate::settings::Settings) {
         self.session.lock().clone_from(session);
     }
 

@@ -1,6 +1,6 @@
 //! Planner bugs found while reviewing the golden files and writing the
 //! differential and estimate tests. Each test states the correct behaviour
-//! (PostgreSQL semantics, SPEC §3 and §5); all eight are fixed and the
+//! (PostgreSQL semantics); all eight are fixed and the
 //! tests stay as their regression tests. A new finding goes here first,
 //! `#[ignore]`d with its number, so no wrong output is blessed in a golden
 //! file.
@@ -135,7 +135,7 @@ async fn row_comparison_with_a_null_element_runs_natively() {
     assert_eq!(got, Ok(Vec::new()));
 }
 
-/// BUG (an error where a result is due). `etag` is a text column (SPEC §5);
+/// BUG (an error where a result is due). `etag` is a text column;
 /// a literal that is not a well-formed ETag cannot equal any row's ETag, so
 /// `etag = 'nonsense'` selects nothing and `etag <> 'nonsense'` selects every
 /// row. Today the literal does not convert to a Timestamp filter, the
@@ -244,7 +244,7 @@ async fn minimum_time_respects_the_partition_target_across_partitions() {
     );
 }
 
-/// BUG (wrong class). SPEC §5: key spans come from IN and from NOT
+/// BUG (wrong class). key spans come from IN and from NOT
 /// combinations. `race <> 'x'`, `NOT (race = 'x')` and `race NOT BETWEEN …`
 /// give key spans (partition-range), but `race NOT IN ('x')` and
 /// `NOT (race IN ('x'))` — the same predicate — are a full scan with the

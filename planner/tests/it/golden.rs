@@ -5,8 +5,10 @@
 //! and read the diff before committing it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use tablegate_planner::{Plan, PlanError, Planner};
+use sqlparser::ast::Statement;
+use tablegate_planner::{Plan, PlanError, Planner, plan};
 
 use super::fixture;
 
@@ -46,6 +48,24 @@ async fn explain(p: &Planner, sql: &str) -> String {
         let select = match p.plan(stmt, sql)? {
             Plan::Select(s) => s,
             Plan::Explain { select, .. } => select,
+            // The engine runs it; what the planner shows is its access to
+            // the one table it reads, when it binds one.
+            Plan::Analytics { reason, .. } => {
+                let query = match stmt {
+                    Statement::Explain { statement, .. } => statement,
+                    other => other,
+                };
+                let bound = match query {
+                    Statement::Query(q) => plan::plan_query(p.catalog(), q, sql)?,
+                    _ => plan::Routed::Engine(reason.clone()),
+                };
+                match bound {
+                    plan::Routed::Bound(s) => Arc::new(s),
+                    plan::Routed::Engine(_) => {
+                        return Ok(vec![format!("Route: analytics engine, for {reason}")]);
+                    }
+                }
+            }
             other => return Ok(vec![format!("(not a query: {other:?})")]),
         };
         // Parameters in golden queries are bound to fixed sample values.

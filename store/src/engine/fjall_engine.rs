@@ -8,7 +8,7 @@
 //!
 //! **Why the group commit fsyncs its own descriptor.** fjall's
 //! `Database::persist` fsyncs while holding its journal lock, so every writer
-//! that arrives during the fsync (~250 µs here) sleeps on that lock before it
+//! that arrives during the fsync sleeps on that lock before it
 //! can even append, and the next fsync cannot start until they have. The
 //! group commit instead opens the active journal file itself ([`JournalFile`])
 //! and fdatasyncs that descriptor with no fjall lock held: writers keep
@@ -47,19 +47,17 @@ impl From<fjall::Error> for StoreError {
 }
 
 /// Data block size of the entities keyspace. fjall's default is 4 KiB;
-/// 16 KiB blocks cost a full scan (1M entities of ~150 bytes) 12% less
-/// server CPU (392/378 ms → 336/332 ms in two paired runs) and a 100-row
-/// range 7% less: fewer blocks to find, load and start iterating per
-/// entity. Deliberately not larger: a point read whose block is not cached
-/// reads the whole block from disk.
+/// 16 KiB blocks cost a full scan and a 100-row range less server CPU:
+/// fewer blocks to find, load and start iterating per entity.
+/// Deliberately not larger: a point read whose block is not cached reads
+/// the whole block from disk.
 const ENTITY_BLOCK_BYTES: u32 = 16 * 1024;
 
 /// Hash index in each entities data block (fjall's `hash_ratio`: one-byte
 /// buckets per entity), so a point read finds its restart interval inside
 /// a block with one probe instead of a binary search over the restart keys.
-/// With 16 KiB blocks it took a prepared point lookup from 19.7–20.8 µs of
-/// server CPU to 16.0–18.0 µs (pgbench, 4 clients, 1M entities; without
-/// the larger blocks it made no difference); costs 0.75 bytes per entity.
+/// With 16 KiB blocks it makes a point lookup cheaper (without the larger
+/// blocks it made no difference); costs 0.75 bytes per entity.
 const ENTITY_BLOCK_HASH_RATIO: f32 = 0.75;
 
 /// How the entities keyspace is laid out on disk. fjall stores these with

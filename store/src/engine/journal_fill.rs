@@ -5,11 +5,10 @@
 //! writes it from offset 0. Every commit's fdatasync then also allocates the
 //! blocks its data landed in and writes that allocation (extent tree, block
 //! bitmap, inode) before it returns. PostgreSQL's WAL avoids this by writing
-//! its segments full of zeros before using them. On this VM's ext4 an
-//! fdatasync of 10 KiB appended to a sparse file takes 0.17–0.18 ms at the
-//! median, to a zero-filled one 0.11 ms (2,000 syncs each); in the server,
-//! 4-client one-row UPDATEs whose journal had been zero-filled ran 2.6–12%
-//! faster than on the same journal's sparse part (4 pairs).
+//! its segments full of zeros before using them. On ext4 an fdatasync of
+//! data appended to a zero-filled file is measurably cheaper than to a
+//! sparse one, and so are the server's one-row UPDATEs (figures in
+//! `bench/results/packed-layout.md`).
 //!
 //! **How, and why it is safe.** A background thread ([`JournalFill`]) keeps
 //! the journal zero-filled [`LOOKAHEAD`] bytes beyond fjall's write position,
@@ -54,15 +53,14 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 /// How far ahead of fjall's position the journal is kept zero-filled.
-/// A COPY of 1M rows appends ~32 MiB/s here (three 64 MiB journals in
-/// 5.9 s); the thread looks every [`PAUSE`], so this is many looks' worth.
+/// Even a bulk COPY appends only a small part of this between two looks
+/// (one every [`PAUSE`]), so this is many looks' worth.
 pub(crate) const LOOKAHEAD: u64 = 8 << 20;
 
 /// Bytes zero-filled per look. Writers wait for the gate while a chunk is
-/// written into the page cache, not while it is synced: measured here,
-/// 5.8 ms at the median to write 2 MiB of zeros into a sparse file. That
-/// stall is paid once per 2 MiB of journal (~200 transactions of 100
-/// INSERTs), against ~0.07 ms saved on each of their fdatasyncs.
+/// written into the page cache, not while it is synced. That stall is paid
+/// once per chunk of journal (~200 transactions of 100 INSERTs), and is
+/// smaller than what their fdatasyncs save together.
 /// Deliberately not tuned further: a smaller chunk lowers the worst stall
 /// but not the total.
 pub(crate) const CHUNK: u64 = 2 << 20;

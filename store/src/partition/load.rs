@@ -198,12 +198,12 @@ impl LoadTracker {
 ///
 /// Why the doubling: pruning whenever the map is over the minimum meant a
 /// full pass on every request as soon as more keys than the minimum were
-/// active at once. Inserting into a new PartitionKey per statement (2,000
-/// a second in the bench's 100-row INSERT) passed the 50,000 meters of the
-/// load window within 25 s, and from then on each write walked them all
-/// under the load lock: the third 10 s run wrote 122k rows/s against the
-/// first's 291k. With the mark, a map of active keys costs amortized
-/// O(1) per insert, and holds at most twice the keys active in its window.
+/// active at once. Inserting into a new PartitionKey per statement (as the
+/// bench's 100-row INSERT does) soon passed the load window's
+/// [`PARTITION_METERS_KEPT`] meters, and from then on each write walked
+/// them all under the load lock, so the write rate fell run after run.
+/// With the mark, a map of active keys costs amortized O(1) per insert,
+/// and holds at most twice the keys active in its window.
 #[derive(Debug, Default)]
 pub(crate) struct PruneMark {
     /// Size above which the next pass runs (at least the minimum).

@@ -1,5 +1,5 @@
 //! The partition layer: what makes the store a *partitioned* store in the
-//! sense of the seeds (SPEC §4). Data stays in the engine ([`LocalStore`]);
+//! sense of the seeds. Data stays in the engine ([`LocalStore`]);
 //! this layer decides who serves it and how fast.
 //!
 //! - [`map`] — each table's range partitions and their partition servers.
@@ -23,7 +23,6 @@
 
 pub(crate) mod load;
 pub(crate) mod map;
-pub mod retry;
 pub mod scan;
 pub mod throttle;
 
@@ -47,7 +46,6 @@ use load::{LoadTracker, Meter, Pair, with_entry};
 use map::TableMap;
 use throttle::{BucketKind, Scope, Throttle};
 
-pub use retry::{RetryPolicy, RetryStats};
 pub use throttle::{Targets, ThrottleCounts};
 
 /// The system table holding partition maps. Hidden from listings, and the

@@ -19,11 +19,11 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::PartitionedStore;
 use super::map::TableMap;
-use super::retry::{RetryPolicy, RetryStats, with_retry};
 use crate::api::TableStore;
 use crate::driven::Driven;
 use crate::error::Result;
 use crate::query::{KeyBox, Page, PageRequest, Query};
+use crate::retry::{RetryPolicy, RetryStats, with_retry};
 
 /// Most partition counts [`PartitionedStore::split_by_counts`] reads.
 pub const SPLIT_STATS_READ: usize = 100_000;

@@ -11,7 +11,7 @@
 //! any window of T seconds a bucket admits at most `rate·T + burst + one
 //! request`, which is what makes the measured rate match the target.
 //!
-//! Counted as cost (SPEC §4): entities scanned by reads (not only those
+//! Counted as cost: entities scanned by reads (not only those
 //! returned), and entities inserted, updated or deleted by writes; a 100-op
 //! EGT costs 100.
 

@@ -1,4 +1,4 @@
-//! Every documented limit (SPEC §3) and every error it produces, through the
+//! Every documented limit and every error it produces, through the
 //! public API: exactly at the limit is accepted, one over is rejected with
 //! the exact [`StoreError`] variant and fields.
 //!
@@ -102,7 +102,7 @@ fn units(s: &str) -> usize {
     s.encode_utf16().count()
 }
 
-/// The SPEC §3 size formula, written out independently of the crate.
+/// The documented entity size formula, written out independently of the crate.
 fn hand_value_size(v: &Value) -> usize {
     match v {
         Value::String(s) => 2 * units(s) + 4,

@@ -5,7 +5,7 @@
 //! with random key spans, residual filters, projections and page sizes,
 //! statistics, table drop/recreate and one recovery reopen — run in lockstep
 //! against the memory engine and fjall. Every result of each store is compared
-//! with a naive model written here from SPEC §3: a `BTreeMap<(pk, rk), _>` per
+//! with a naive model written here from Azure Table Storage's documented rules: a `BTreeMap<(pk, rk), _>` per
 //! table whose `String` keys order exactly as the store's ordinal order. The
 //! model implements Insert / Replace / Merge / upserts / Delete, If-Match and
 //! the EGT rules itself; it does not use the store's `Operation::apply`.
@@ -39,7 +39,7 @@ const TABLES: [&str; 2] = ["alpha", "Beta_2"];
 const PKS: &[&str] = &["", "a", "a ", "ab", "b", "111", "2", "é", "\u{FFFD}", "😀"];
 /// RowKeys.
 const RKS: &[&str] = &["", "0", "1", "10", "9", "x", "xy", "É"];
-/// Keys that break SPEC §3's forbidden-character rule.
+/// Keys that break the documented forbidden-character rule.
 const BAD_KEYS: &[&str] = &[
     "a\u{1}",
     "x/y",
@@ -65,7 +65,7 @@ const PATTERNS: &[&str] = &[
 /// Short strings for String values.
 const STRINGS: &[&str] = &["", "a", "A", "ab", "x_y", "50%", "é", "😀", "1", "10", "2"];
 
-/// SPEC §3 DateTime range: 1601-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999Z
+/// The documented DateTime range: 1601-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999Z
 /// in microseconds since the Unix epoch (written out, not taken from the
 /// store).
 const DT_MIN: i64 = -11_644_473_600_000_000;
@@ -582,7 +582,7 @@ fn op_parts(op: &Operation) -> (&str, &str, Option<&EntityWrite>) {
     }
 }
 
-/// SPEC §3: `/` `\` `#` `?`, U+0000–U+001F, U+007F–U+009F.
+/// Forbidden in keys: `/` `\` `#` `?`, U+0000–U+001F, U+007F–U+009F.
 fn forbidden(c: char) -> bool {
     matches!(c, '/' | '\\' | '#' | '?')
         || ('\u{0}'..='\u{1f}').contains(&c)

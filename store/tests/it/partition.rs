@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tablegate_store::partition::retry::{RetryStats, with_retry};
 use tablegate_store::partition::scan::ScanOptions;
 use tablegate_store::partition::{BalanceAction, InsertPatternKind};
+use tablegate_store::retry::{RetryStats, with_retry};
 use tablegate_store::*;
 
 fn manual() -> Arc<ManualClock> {

@@ -1,5 +1,6 @@
-//! Retry policy for throttling and timeouts (SPEC §4), used by the gateway
-//! and by scan drivers. Only retryable errors ([`StoreError::is_retryable`])
+//! Retry policy for throttling and timeouts, whichever backend throttles:
+//! the partition layer's scans, the planner's reads and writes, and the
+//! Azure backend's requests all retry through it. Only retryable errors ([`StoreError::is_retryable`])
 //! are retried, never client errors. A throttled scan retries the same page
 //! request, so it resumes from its continuation token.
 //!

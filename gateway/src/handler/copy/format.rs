@@ -51,7 +51,7 @@ impl CopyFormat {
         let mut quote = None;
         let mut escape = None;
         let unsupported = |what: String| {
-            PgError::new("0A000", format!("COPY option {what} is not supported"))
+            PgError::feature_not_supported(format!("COPY option {what} is not supported"))
                 .hint("COPY supports FORMAT text|csv, DELIMITER, NULL, HEADER, QUOTE and ESCAPE")
         };
         for o in options {
@@ -94,15 +94,15 @@ impl CopyFormat {
         }
         if header && format == Format::Text {
             return Err(
-                PgError::new("0A000", "cannot specify HEADER in text mode").hint("use FORMAT csv")
+                PgError::feature_not_supported("cannot specify HEADER in text mode")
+                    .hint("use FORMAT csv"),
             );
         }
         if format == Format::Text && (quote.is_some() || escape.is_some()) {
             let what = if quote.is_some() { "quote" } else { "escape" };
-            return Err(PgError::new(
-                "0A000",
-                format!("COPY {what} available only in CSV mode"),
-            ));
+            return Err(PgError::feature_not_supported(format!(
+                "COPY {what} available only in CSV mode"
+            )));
         }
         let quote = quote.unwrap_or('"');
         let fmt = CopyFormat {
@@ -129,8 +129,8 @@ impl CopyFormat {
     /// rule is ours: PostgreSQL accepts a newline as the CSV quote or
     /// escape, which no record could then hold.
     fn check(&self) -> Result<(), PgError> {
-        let unsupported = |m: &str| PgError::new("0A000", m.to_owned());
-        let invalid = |m: &str| PgError::new("22023", m.to_owned());
+        let unsupported = |m: &str| PgError::feature_not_supported(m.to_owned());
+        let invalid = |m: &str| PgError::invalid_parameter_value(m.to_owned());
         let line_break = |c: char| c == '\n' || c == '\r';
         if !self.delimiter.is_ascii() {
             return Err(unsupported(
@@ -315,10 +315,9 @@ impl Parser {
             let line = self.line + 1;
             self.line += lines;
             let text = String::from_utf8(raw).map_err(|_| {
-                PgError::new(
-                    "22021",
-                    format!("invalid byte sequence for encoding \"UTF8\" on line {line}"),
-                )
+                PgError::character_not_in_repertoire(format!(
+                    "invalid byte sequence for encoding \"UTF8\" on line {line}"
+                ))
             })?;
             let text = text.strip_suffix('\r').unwrap_or(&text);
             if text == "\\." {
@@ -388,9 +387,7 @@ impl Parser {
     }
 
     fn too_long(&self) -> PgError {
-        PgError::new(
-            "54000",
-            format!(
+        PgError::program_limit_exceeded(format!(
                 "COPY record on line {} is longer than {MAX_RECORD_BYTES} bytes",
                 self.line + 1
             ),
@@ -403,8 +400,9 @@ impl Parser {
         let mut cur = String::new();
         let mut raw = String::new();
         let mut chars = line_text.chars().peekable();
-        let bad =
-            |what: &str| PgError::new("22P04", format!("invalid COPY data on line {line}: {what}"));
+        let bad = |what: &str| {
+            PgError::bad_copy_file_format(format!("invalid COPY data on line {line}: {what}"))
+        };
         let finish = |cur: &mut String, raw: &mut String, fields: &mut Vec<Field>| {
             fields.push(if *raw == self.fmt.null {
                 None
@@ -481,10 +479,9 @@ impl Parser {
                 match chars.next() {
                     None => {
                         if in_quotes {
-                            return Err(PgError::new(
-                                "22P04",
-                                format!("unterminated CSV quoted field on line {line}"),
-                            ));
+                            return Err(PgError::bad_copy_file_format(format!(
+                                "unterminated CSV quoted field on line {line}"
+                            )));
                         }
                         break;
                     }
@@ -524,8 +521,7 @@ impl Parser {
 pub fn check_target(target: &ast::CopyTarget, to: bool) -> Result<(), PgError> {
     match (target, to) {
         (ast::CopyTarget::Stdin, false) | (ast::CopyTarget::Stdout, true) => Ok(()),
-        _ => Err(PgError::new(
-            "42501",
+        _ => Err(PgError::insufficient_privilege(
             "COPY to or from a file or program on the server is not allowed",
         )
         .hint("use COPY ... FROM STDIN / TO STDOUT, or psql's \\copy")),

@@ -1,4 +1,4 @@
-//! Per-connection state: the settings a session can SET and SHOW.
+//! The settings a session can SET and SHOW, and the version it answers as.
 //!
 //! Defaults are what PostgreSQL reports; drivers set a handful at connect
 //! time (client_encoding, DateStyle, TimeZone, extra_float_digits,
@@ -60,7 +60,7 @@ const READ_ONLY: &[&str] = &[
 
 /// A session's settings.
 #[derive(Debug, Clone)]
-pub struct Session {
+pub struct Settings {
     settings: BTreeMap<String, String>,
     /// What RESET returns to: the built-in defaults with the server's
     /// configured ones over them.
@@ -77,14 +77,14 @@ struct Derived {
     timeout: Option<Duration>,
 }
 
-impl Default for Session {
+impl Default for Settings {
     fn default() -> Self {
         let settings: BTreeMap<_, _> = DEFAULTS
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         let derived = derive(&settings);
-        Session {
+        Settings {
             defaults: settings.clone(),
             settings,
             derived,
@@ -115,12 +115,12 @@ fn parse_millis(v: &str) -> Option<u64> {
     })
 }
 
-impl Session {
+impl Settings {
     /// A session whose defaults are the server's configured settings
     /// (`tablegate serve` config: page size, retry policy, ...), each
     /// validated as a SET would be.
-    pub fn with_defaults(defaults: &[(String, String)]) -> Result<Session, PgError> {
-        let mut s = Session::default();
+    pub fn with_defaults(defaults: &[(String, String)]) -> Result<Settings, PgError> {
+        let mut s = Settings::default();
         for (k, v) in defaults {
             s.set(k, v)?;
         }
@@ -132,10 +132,7 @@ impl Session {
     pub fn get(&self, name: &str) -> Result<String, PgError> {
         let key = name.to_ascii_lowercase();
         self.settings.get(&key).cloned().ok_or_else(|| {
-            PgError::new(
-                "42704",
-                format!("unrecognized configuration parameter \"{name}\""),
-            )
+            PgError::undefined_object(format!("unrecognized configuration parameter \"{name}\""))
         })
     }
 
@@ -148,17 +145,15 @@ impl Session {
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), PgError> {
         let key = name.to_ascii_lowercase();
         let bad = |hint: &str| {
-            PgError::new(
-                "22023",
-                format!("invalid value for parameter \"{name}\": \"{value}\""),
-            )
+            PgError::invalid_parameter_value(format!(
+                "invalid value for parameter \"{name}\": \"{value}\""
+            ))
             .hint(hint.to_owned())
         };
         if READ_ONLY.contains(&key.as_str()) {
-            return Err(PgError::new(
-                "55P02",
-                format!("parameter \"{name}\" cannot be changed"),
-            ));
+            return Err(PgError::cant_change_runtime_param(format!(
+                "parameter \"{name}\" cannot be changed"
+            )));
         }
         let value = match key.as_str() {
             "client_encoding" => match value.to_ascii_uppercase().replace('-', "").as_str() {
@@ -193,19 +188,17 @@ impl Session {
             // to a bound on how many and how long.
             _ if key.contains('.') && !key.starts_with("tablegate.") => {
                 if self.settings.len() >= MAX_SETTINGS {
-                    return Err(PgError::new(
-                        "54000",
-                        format!("too many settings: a session holds at most {MAX_SETTINGS}"),
-                    )
+                    return Err(PgError::program_limit_exceeded(format!(
+                        "too many settings: a session holds at most {MAX_SETTINGS}"
+                    ))
                     .hint("RESET or reuse custom settings"));
                 }
                 value.to_owned()
             }
             _ => {
-                return Err(PgError::new(
-                    "42704",
-                    format!("unrecognized configuration parameter \"{name}\""),
-                ));
+                return Err(PgError::undefined_object(format!(
+                    "unrecognized configuration parameter \"{name}\""
+                )));
             }
         };
         let others: usize = self
@@ -217,12 +210,9 @@ impl Session {
         if key.len() + value.len() > MAX_SETTING_BYTES
             || others + key.len() + value.len() > MAX_SETTINGS_BYTES
         {
-            return Err(PgError::new(
-                "54000",
-                format!(
-                    "setting \"{name}\" is too long: one setting holds at most {MAX_SETTING_BYTES} bytes, a session's settings {MAX_SETTINGS_BYTES}"
-                ),
-            ));
+            return Err(PgError::program_limit_exceeded(format!(
+                "setting \"{name}\" is too long: one setting holds at most {MAX_SETTING_BYTES} bytes, a session's settings {MAX_SETTINGS_BYTES}"
+            )));
         }
         self.settings.insert(key, value);
         self.derived = derive(&self.settings);
@@ -238,10 +228,9 @@ impl Session {
                 self.derived = derive(&self.settings);
                 Ok(())
             }
-            None => Err(PgError::new(
-                "42704",
-                format!("unrecognized configuration parameter \"{name}\""),
-            )),
+            None => Err(PgError::undefined_object(format!(
+                "unrecognized configuration parameter \"{name}\""
+            ))),
         }
     }
 
@@ -264,7 +253,7 @@ pub const MAX_SETTING_BYTES: usize = 64 * 1024;
 pub const MAX_SETTINGS_BYTES: usize = 1 << 20;
 
 /// Parses what statements read from the settings (values are validated by
-/// [`Session::set`]).
+/// [`Settings::set`]).
 fn derive(settings: &BTreeMap<String, String>) -> Derived {
     let timeout = settings
         .get("statement_timeout")
@@ -312,7 +301,7 @@ mod tests {
 
     #[test]
     fn settings_validate_and_feed_the_planner() {
-        let mut s = Session::default();
+        let mut s = Settings::default();
         s.set("TimeZone", "Europe/Paris").unwrap();
         assert_eq!(s.get("timezone").unwrap(), "Europe/Paris");
         s.set("statement_timeout", "2s").unwrap();
@@ -333,8 +322,8 @@ mod tests {
         s.set("tablegate.page_size", "10").unwrap();
         assert_eq!(s.exec_options().page_size, 10);
         // The server's configured defaults are what a session starts with.
-        let d = Session::with_defaults(&[("tablegate.page_size".into(), "7".into())]).unwrap();
+        let d = Settings::with_defaults(&[("tablegate.page_size".into(), "7".into())]).unwrap();
         assert_eq!(d.exec_options().page_size, 7);
-        assert_eq!(Session::default().exec_options().page_size, 1000);
+        assert_eq!(Settings::default().exec_options().page_size, 1000);
     }
 }

@@ -1,0 +1,415 @@
+//! The COPY protocol: COPY FROM STDIN (CopyData in, rows written as
+//! entity-group transactions per PartitionKey) and COPY TO STDOUT, beside
+//! the text and CSV formats' parser and encoder ([`format`]).
+
+pub mod format;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use futures::{Sink, SinkExt};
+use pgwire::api::ClientInfo;
+use pgwire::api::results::{Response, Tag};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use tablegate_catalog::ColumnRef;
+use tablegate_planner::{SelectPlan, WritePlan};
+
+use super::{ConnHandler, Run, notice};
+use crate::encode::{self, fields};
+use crate::sqlstate::{PgError, wire_error};
+use format::CopyFormat;
+
+/// Identity ids a COPY reserves at once.
+const COPY_IDS: usize = 1_000;
+
+/// A `COPY ... FROM STDIN` in progress: parser state, rows not yet
+/// written, and what was written so far.
+pub(super) struct CopyIn {
+    plan: Arc<WritePlan>,
+    columns: Vec<ColumnRef>,
+    parser: format::Parser,
+    rows: Vec<tablegate_planner::value_expr::Row>,
+    /// The first error; later data is swallowed and the error reported at
+    /// CopyDone (pgwire would otherwise drop the connection's COPY state).
+    error: Option<PgError>,
+    rows_done: u64,
+    groups_done: u64,
+    opts: tablegate_planner::ExecOptions,
+    /// The cancel generation when COPY started, and its statement_timeout
+    /// deadline: checked with every CopyData and every 1,000 records.
+    since: u64,
+    deadline: Option<Instant>,
+}
+
+impl Debug for CopyIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopyIn")
+            .field("table", &self.plan.table.name)
+            .field("line", &self.parser.line)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rows a COPY FROM buffers before writing them (as EGTs per PartitionKey).
+const COPY_FLUSH_ROWS: usize = 10_000;
+
+impl ConnHandler {
+    /// COPY ... FROM STDIN: CopyInResponse; the data arrives as CopyData
+    /// messages ([`pgwire::api::copy::CopyHandler`] below).
+    pub(super) async fn copy_in(
+        &self,
+        plan: &Arc<WritePlan>,
+        columns: &[ColumnRef],
+        format: &CopyFormat,
+        opts: tablegate_planner::ExecOptions,
+        deadline: Option<Instant>,
+    ) -> Response {
+        *self.session.copy_in.lock().await = Some(CopyIn {
+            plan: plan.clone(),
+            columns: columns.to_vec(),
+            parser: format::Parser::new(format.clone()),
+            rows: Vec::new(),
+            error: None,
+            rows_done: 0,
+            groups_done: 0,
+            opts,
+            since: self.cancel.generation(),
+            deadline,
+        });
+        Response::CopyIn(pgwire::api::results::CopyResponse::new(
+            0,
+            columns.len(),
+            futures::stream::empty(),
+        ))
+    }
+
+    /// COPY ... TO STDOUT: CopyOutResponse, one CopyData per row, CopyDone;
+    /// the caller sends `COPY n`. Values are the text a SELECT would send.
+    pub(super) async fn copy_out<C>(
+        &self,
+        client: &mut C,
+        select: &Arc<SelectPlan>,
+        format: &CopyFormat,
+        run: &Run<'_>,
+    ) -> Result<Response, PgError>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
+        let wire = |e: PgWireError| PgError::connection_lost(e.to_string());
+        let mut rows = self
+            .planner
+            .execute(select, run.params, &run.opts)
+            .map_err(|e| PgError::from(&e))?;
+        let f = Arc::new(fields(&select.columns, None));
+        let n = select.columns.len();
+        client
+            .send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+                0,
+                n as i16,
+                vec![0; n],
+            )))
+            .await
+            .map_err(|e| wire(e.into()))?;
+        let mut count = 0usize;
+        let mut line = String::new();
+        if format.header {
+            let names: Vec<Option<&str>> = select
+                .columns
+                .iter()
+                .map(|c| Some(c.name.as_str()))
+                .collect();
+            format.encode_row(&names, &mut line);
+            client
+                .feed(PgWireBackendMessage::CopyData(CopyData::new(
+                    std::mem::take(&mut line).into(),
+                )))
+                .await
+                .map_err(|e| wire(e.into()))?;
+        }
+        loop {
+            let next = tokio::select! {
+                n = rows.next() => n,
+                e = run.stop.wait() => return Err(e),
+            };
+            let Some(batch) = next else { break };
+            let batch = batch.map_err(|e| PgError::from(&e))?;
+            let mut encoded = Vec::new();
+            encode::encode_batch(&batch, &f, &mut encoded).map_err(PgError::internal)?;
+            for row in encoded {
+                let values = encode::text_values(&row);
+                let refs: Vec<Option<&str>> = values.iter().map(|v| v.as_deref()).collect();
+                format.encode_row(&refs, &mut line);
+                client
+                    .feed(PgWireBackendMessage::CopyData(CopyData::new(
+                        std::mem::take(&mut line).into(),
+                    )))
+                    .await
+                    .map_err(|e| wire(e.into()))?;
+                count += 1;
+            }
+        }
+        client
+            .send(PgWireBackendMessage::CopyDone(CopyDone::new()))
+            .await
+            .map_err(|e| wire(e.into()))?;
+        Ok(Response::Execution(Tag::new("COPY").with_rows(count)))
+    }
+
+    /// Turns parsed COPY records into rows and writes them whenever enough
+    /// are buffered (or at the end), however many records one CopyData
+    /// holds. Errors are kept for CopyDone.
+    async fn copy_progress(&self, st: &mut CopyIn, last: bool) {
+        if st.error.is_some() {
+            return;
+        }
+        let stopped = |st: &CopyIn| {
+            if self.cancel.generation() != st.since {
+                Some(PgError::cancelled(false))
+            } else if st.deadline.is_some_and(|d| Instant::now() >= d) {
+                Some(PgError::cancelled(true))
+            } else {
+                None
+            }
+        };
+        // Inside BEGIN the rows are staged as they arrive (a transaction
+        // holds at most 100), so the EGT's rules (one PartitionKey, 100
+        // operations, 4 MiB) refuse a COPY that breaks them at once.
+        let in_txn = self.session.in_transaction();
+        let batch = if in_txn { 100 } else { COPY_FLUSH_ROWS };
+        let mut parsed = 0usize;
+        loop {
+            parsed += 1;
+            if parsed.is_multiple_of(1_000)
+                && let Some(e) = stopped(st)
+            {
+                st.error = Some(e);
+                return;
+            }
+            let rec = match st.parser.next_record(last) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    st.error = Some(e);
+                    return;
+                }
+            };
+            if let Err(e) = self.copy_identity_ids(st).await {
+                st.error = Some(e);
+                return;
+            }
+            match copy_row(&st.plan, &st.columns, rec) {
+                Ok(row) => st.rows.push(row),
+                Err(e) => {
+                    st.error = Some(e);
+                    return;
+                }
+            }
+            if st.rows.len() >= batch {
+                self.copy_flush(st).await;
+                if st.error.is_some() {
+                    return;
+                }
+            }
+        }
+        if let Some(e) = stopped(st) {
+            st.error = Some(e);
+            return;
+        }
+        if !st.rows.is_empty() && (last || in_txn) {
+            self.copy_flush(st).await;
+        }
+    }
+
+    /// Ids for the identity columns COPY leaves to their default, reserved
+    /// a block at a time (`tablegate_planner::identity`).
+    async fn copy_identity_ids(&self, st: &CopyIn) -> Result<(), PgError> {
+        let table = &st.plan.table;
+        for c in table.columns.iter().filter(|c| c.is_identity()) {
+            if st.columns.iter().any(|x| x.name == c.name)
+                || tablegate_planner::identity::remaining(&table.name, &c.name) > 0
+            {
+                continue;
+            }
+            self.planner
+                .identities()
+                .reserve(&table.name, &c.name, COPY_IDS)
+                .await
+                .map_err(|e| PgError::from(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Writes (or, inside BEGIN, stages) the rows a COPY has buffered.
+    async fn copy_flush(&self, st: &mut CopyIn) {
+        let rows = std::mem::take(&mut st.rows);
+        let mut txn = self.session.lock().txn.take();
+        let r = tablegate_planner::apply::insert_rows(
+            self.planner.store(),
+            &st.plan,
+            rows,
+            txn.as_mut(),
+            &st.opts,
+        )
+        .await
+        .map_err(|e| e.with_key_columns(&st.plan.table));
+        self.session.lock().txn = txn;
+        match r {
+            Ok(out) => {
+                st.rows_done += out.rows;
+                st.groups_done += out.groups;
+            }
+            Err(e) => {
+                let e = match e {
+                    tablegate_planner::PlanError::PartlyApplied {
+                        rows,
+                        groups,
+                        source,
+                    } => {
+                        st.rows_done += rows;
+                        st.groups_done += groups;
+                        *source
+                    }
+                    other => other,
+                };
+                let mut pg = PgError::from(&e);
+                let applied = format!(
+                    "COPY {}, rows up to line {}: {} row(s) in {} earlier entity-group transaction(s) were applied and stay applied; the failing group and the rest were not.",
+                    st.plan.table.name, st.parser.line, st.rows_done, st.groups_done
+                );
+                pg.detail = Some(match pg.detail {
+                    Some(d) => format!("{d} {applied}"),
+                    None => applied,
+                });
+                st.error = Some(pg);
+            }
+        }
+    }
+}
+
+/// One COPY record as a row of every user column (DEFAULTs for the ones
+/// not named).
+fn copy_row(
+    plan: &WritePlan,
+    columns: &[ColumnRef],
+    (line, fields): (u64, Vec<format::Field>),
+) -> Result<tablegate_planner::value_expr::Row, PgError> {
+    let table = &plan.table;
+    // Every user column, resolved when COPY was planned, with the index of
+    // the input field that fills it (`None`: its DEFAULT).
+    let Some(targets) = plan.insert_targets() else {
+        return Err(PgError::internal("COPY FROM was planned as another write"));
+    };
+    if fields.len() < columns.len() {
+        return Err(PgError::bad_copy_file_format(format!(
+            "missing data for column \"{}\" on line {line}",
+            columns[fields.len()].name
+        )));
+    }
+    if fields.len() > columns.len() {
+        return Err(PgError::bad_copy_file_format(format!(
+            "extra data after last expected column on line {line}"
+        )));
+    }
+    let mut row = Vec::with_capacity(targets.len());
+    for (col, field) in targets {
+        let v = match *field {
+            Some(i) => match &fields[i] {
+                None => None,
+                Some(text) => Some(col.ty.parse_text(text).map_err(|e| {
+                    let mut pg = PgError::from(&e);
+                    pg.message = format!("{} (line {line}, column {})", pg.message, col.name);
+                    pg
+                })?),
+            },
+            None => tablegate_planner::value_expr::default_value(col, table)
+                .map_err(|e| PgError::from(&e))?,
+        };
+        row.push((Arc::clone(col), v));
+    }
+    Ok(row)
+}
+
+#[async_trait]
+impl pgwire::api::copy::CopyHandler for ConnHandler {
+    async fn on_copy_data<C>(
+        &self,
+        _client: &mut C,
+        data: pgwire::messages::copy::CopyData,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut guard = self.session.copy_in.lock().await;
+        if let Some(st) = guard.as_mut() {
+            if st.error.is_none() {
+                st.parser.feed(&data.data);
+            }
+            self.copy_progress(st, false).await;
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(
+        &self,
+        client: &mut C,
+        _done: pgwire::messages::copy::CopyDone,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(mut st) = self.session.copy_in.lock().await.take() else {
+            return Err(wire_error(PgError::protocol_violation(
+                "CopyDone without COPY in progress",
+            )));
+        };
+        self.copy_progress(&mut st, true).await;
+        if let Some(e) = st.error {
+            return Err(wire_error(e));
+        }
+        if st.groups_done > 1 {
+            notice(
+                client,
+                format!(
+                    "COPY was applied as {} entity-group transactions (one per PartitionKey, at most 100 operations each); they are not atomic together",
+                    st.groups_done
+                ),
+            )
+            .await?;
+        }
+        client
+            .send(PgWireBackendMessage::CommandComplete(
+                Tag::new("COPY").with_rows(st.rows_done as usize).into(),
+            ))
+            .await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(
+        &self,
+        _client: &mut C,
+        fail: pgwire::messages::copy::CopyFail,
+    ) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let st = self.session.copy_in.lock().await.take();
+        let applied = st.map_or(0, |s| s.rows_done);
+        wire_error(
+            PgError::query_canceled(format!("COPY from stdin failed: {}", fail.message)).detail(
+                format!("{applied} row(s) were applied before the client stopped the COPY."),
+            ),
+        )
+    }
+}

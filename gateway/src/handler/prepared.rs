@@ -1,0 +1,131 @@
+//! SQL-level prepared statements: PREPARE, EXECUTE, EXPLAIN EXECUTE and
+//! DEALLOCATE (protocol-level ones are pgwire's, budgeted in
+//! [`super::extended`]).
+
+use pgwire::api::results::{Response, Tag};
+use sqlparser::ast;
+use tablegate_store::Value;
+
+use super::params::constant_param;
+use super::prepare::Prepared;
+use super::session::too_many_prepared;
+use super::{ConnHandler, MAX_NAMED_STATEMENTS, MAX_PREPARED_BYTES};
+use crate::sqlstate::PgError;
+
+impl ConnHandler {
+    /// PREPARE name AS statement.
+    pub(super) fn prepare_sql(
+        &self,
+        name: &str,
+        stmt: &Prepared,
+        bytes: usize,
+    ) -> Result<Response, PgError> {
+        let named = &mut self.session.lock().named;
+        if named.contains_key(name) {
+            return Err(PgError::duplicate_prepared_statement(format!(
+                "prepared statement \"{name}\" already exists"
+            )));
+        }
+        let held: usize = named.values().map(|(_, b)| b).sum();
+        if named.len() >= MAX_NAMED_STATEMENTS || held + bytes > MAX_PREPARED_BYTES {
+            return Err(too_many_prepared("DEALLOCATE statements no longer needed"));
+        }
+        named.insert(name.to_owned(), (stmt.clone(), bytes));
+        Ok(Response::Execution(Tag::new("PREPARE")))
+    }
+
+    /// DEALLOCATE name, or DEALLOCATE ALL (`None`).
+    pub(super) fn deallocate(&self, name: Option<&str>) -> Response {
+        let named = &mut self.session.lock().named;
+        match name {
+            None => named.clear(),
+            Some(n) => {
+                named.remove(n);
+            }
+        }
+        Response::Execution(Tag::new(if name.is_none() {
+            "DEALLOCATE ALL"
+        } else {
+            "DEALLOCATE"
+        }))
+    }
+
+    /// What EXECUTE or EXPLAIN EXECUTE runs: the prepared statement (or
+    /// its EXPLAIN) and its parameters.
+    pub(super) fn execute_sql(
+        &self,
+        p: &Prepared,
+    ) -> Result<(Prepared, Vec<Option<Value>>), PgError> {
+        match p {
+            Prepared::ExecuteSql { name, args } => self.named_call(name, args),
+            Prepared::ExplainExecute {
+                name,
+                args,
+                analyze,
+                json,
+            } => {
+                let (stmt, params) = self.named_call(name, args)?;
+                let explain = match stmt {
+                    Prepared::Select(select) => Prepared::Explain {
+                        analyze: *analyze,
+                        json: *json,
+                        select: select.plan,
+                        write: None,
+                    },
+                    Prepared::Engine {
+                        plan,
+                        explain: None,
+                    } => Prepared::Engine {
+                        plan,
+                        explain: Some(*analyze),
+                    },
+                    _ => {
+                        return Err(PgError::feature_not_supported(format!(
+                            "EXPLAIN EXECUTE of \"{name}\" is not supported"
+                        ))
+                        .hint("EXPLAIN EXECUTE shows prepared queries; EXPLAIN the write itself"));
+                    }
+                };
+                Ok((explain, params))
+            }
+            _ => Err(PgError::internal("not an EXECUTE")),
+        }
+    }
+
+    /// A SQL-level prepared statement and its EXECUTE parameters, typed by
+    /// the statement.
+    fn named_call(
+        &self,
+        name: &str,
+        args: &[ast::Expr],
+    ) -> Result<(Prepared, Vec<Option<Value>>), PgError> {
+        let stmt = self
+            .session
+            .lock()
+            .named
+            .get(name)
+            .map(|(p, _)| p.clone())
+            .ok_or_else(|| {
+                PgError::invalid_sql_statement_name(format!(
+                    "prepared statement \"{name}\" does not exist"
+                ))
+            })?;
+        let types = stmt.param_types();
+        if args.len() != types.len() {
+            return Err(PgError::syntax_error(format!(
+                "wrong number of parameters for prepared statement \"{name}\""
+            ))
+            .detail(format!(
+                "Expected {} parameters but got {}.",
+                types.len(),
+                args.len()
+            )));
+        }
+        let params = args
+            .iter()
+            .zip(types)
+            .map(|(a, t)| constant_param(a, *t))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((stmt, params))
+    }
+}

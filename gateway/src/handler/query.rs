@@ -1,0 +1,96 @@
+//! Queries: native SELECTs, EXPLAIN, statements the analytics engine runs,
+//! and `version()`.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use pgwire::api::results::{QueryResponse, Response};
+use tablegate_planner::SelectPlan;
+
+use super::prepare::NativeSelect;
+use super::{ConnHandler, Run, one_text_row};
+use crate::analytics::EnginePlan;
+use crate::encode;
+use crate::sqlstate::PgError;
+use crate::telemetry::StatementGuard;
+
+impl ConnHandler {
+    /// A native SELECT: its rows stream as the store's pages arrive.
+    pub(super) fn select(
+        &self,
+        select: &NativeSelect,
+        run: &Run<'_>,
+        guard: &mut Option<StatementGuard>,
+    ) -> Result<Response, PgError> {
+        let rows = self
+            .planner
+            .execute(&select.plan, run.params, &run.opts)
+            .map_err(|e| PgError::from(&e))?;
+        let f = select.fields(run.format);
+        Ok(Response::Query(QueryResponse::new(
+            f.clone(),
+            encode::row_stream(rows, f, run.stop.clone(), guard.take()),
+        )))
+    }
+
+    /// EXPLAIN [ANALYZE] of a native SELECT, or of an UPDATE / DELETE's
+    /// scan.
+    pub(super) async fn explain(
+        &self,
+        select: &Arc<SelectPlan>,
+        analyze: bool,
+        json: bool,
+        write: Option<&'static str>,
+        run: &Run<'_>,
+    ) -> Result<Response, PgError> {
+        let explained = self
+            .planner
+            .explain(select, run.params, analyze, json, write, &run.opts);
+        let lines = tokio::select! {
+            r = explained => r.map_err(|e| PgError::from(&e))?,
+            e = run.stop.wait() => return Err(e),
+        };
+        Ok(one_text_row("QUERY PLAN", &lines))
+    }
+
+    /// A statement the analytics engine runs (or, with `explain`,
+    /// explains): its batches stream like a native scan's.
+    pub(super) async fn analytics(
+        &self,
+        plan: &Arc<EnginePlan>,
+        explain: Option<bool>,
+        run: &Run<'_>,
+        guard: &mut Option<StatementGuard>,
+    ) -> Result<Response, PgError> {
+        let engine = self.session.engine_for_run(&self.planner).await?;
+        let df = |e: crate::analytics::EngineError| PgError::from(&e);
+        if let Some(analyze) = explain {
+            let explained = engine.explain(plan, run.params, analyze, run.opts.clone());
+            let lines = tokio::select! {
+                r = explained => r.map_err(df)?,
+                e = run.stop.wait() => return Err(e),
+            };
+            return Ok(one_text_row("QUERY PLAN", &lines));
+        }
+        let started = engine.execute(plan, run.params, run.opts.clone());
+        let stream = tokio::select! {
+            r = started => r.map_err(df)?,
+            e = run.stop.wait() => return Err(e),
+        };
+        let f = Arc::new(encode::arrow_fields(&plan.schema, run.format));
+        let batches = stream.map(|b| b.map_err(|e| PgError::from(&e)));
+        let batches: std::pin::Pin<Box<dyn futures::Stream<Item = _> + Send>> = match guard.take() {
+            Some(g) => Box::pin(encode::counted(batches, g)),
+            None => Box::pin(batches),
+        };
+        Ok(Response::Query(QueryResponse::new(
+            f.clone(),
+            encode::batch_stream(batches, f, run.stop.clone()),
+        )))
+    }
+}
+
+/// `SELECT version()`, answered the same on every path.
+pub(super) fn version() -> Response {
+    one_text_row("version", &[crate::settings::version_string()])
+}
