@@ -9,7 +9,7 @@
 use std::sync::{Arc, LazyLock};
 
 use libfuzzer_sys::fuzz_target;
-use tablegate_planner::{ExecOptions, Plan, Planner, explain};
+use tablegate_planner::{ExecOptions, Plan, Planner, exec, explain};
 use tablegate_store::partition::PartitionConfig;
 use tablegate_store::{EntityWrite, LocalStore, Operation, PartitionedStore, TableStore, Value};
 
@@ -72,7 +72,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let select = match &plan {
             Plan::Select(s) => s.clone(),
-            Plan::Explain { select, .. } => select.clone(),
+            Plan::Explain(e) => e.select.clone(),
             _ => continue,
         };
         let params: Vec<Option<Value>> = (0..select.param_types.len())
@@ -90,7 +90,7 @@ fuzz_target!(|data: &[u8]| {
             let _ = explain::render_json(&bound, &est, None);
             let _ = explain::advice(&bound, &est);
         }
-        let query = explain::store_query(&bound);
+        let query = exec::store_query(&bound);
         if !query.spans.is_empty() {
             let _ = tablegate_azure::odata::translate(&query);
         }

@@ -415,6 +415,7 @@ impl From<&datafusion::common::DataFusionError> for PgError {
 
 /// An error the engine carried from our own code (a scan's store or
 /// planner error), or another library's.
+#[cfg(feature = "analytics")]
 fn external(inner: &(dyn std::error::Error + Send + Sync + 'static)) -> PgError {
     if let Some(p) = inner.downcast_ref::<PlanError>() {
         return PgError::from(p);
@@ -433,6 +434,7 @@ fn external(inner: &(dyn std::error::Error + Send + Sync + 'static)) -> PgError 
 
 /// The SQLSTATE of an Arrow kernel's error, by its variant. A cast that
 /// overflows is a `CastError` whose text says so (Arrow has no variant).
+#[cfg(feature = "analytics")]
 fn arrow_code(e: &arrow_schema::ArrowError) -> &'static str {
     use arrow_schema::ArrowError as A;
     match e {

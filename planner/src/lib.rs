@@ -95,8 +95,8 @@ use tablegate_store::{Backend, Value};
 
 pub use apply::WriteOutcome;
 pub use error::{PlanError, Result, TxnRule};
-pub use exec::Actuals;
-pub use exec::{ExecOptions, RowStream};
+
+pub use exec::{Actuals, ExecOptions, RowStream};
 pub use explain::Estimate;
 pub use keys::{Access, AccessClass};
 pub use plan::{BoundSelect, Route, SelectPlan};
@@ -116,18 +116,8 @@ pub enum Plan {
         /// `Some(analyze)` for EXPLAIN [ANALYZE] of it.
         explain: Option<bool>,
     },
-    /// EXPLAIN [ANALYZE] [FORMAT JSON] of a native SELECT, or EXPLAIN of
-    /// an UPDATE / DELETE (the scan that finds the rows it writes).
-    Explain {
-        /// Run it too.
-        analyze: bool,
-        /// JSON instead of text.
-        json: bool,
-        /// The SELECT (for a write: its scan).
-        select: Arc<SelectPlan>,
-        /// For a write: `Update` or `Delete`.
-        write: Option<&'static str>,
-    },
+    /// EXPLAIN of a native SELECT, or of an UPDATE / DELETE's scan.
+    Explain(Arc<ExplainPlan>),
     /// INSERT, UPDATE or DELETE.
     Write(Arc<WritePlan>),
     /// CREATE TABLE.
@@ -156,6 +146,20 @@ pub enum Plan {
     /// A statement the planner does not handle (session commands, writes):
     /// the gateway decides.
     Other(Box<Statement>),
+}
+
+/// EXPLAIN [ANALYZE] [FORMAT JSON] of a native SELECT, or EXPLAIN of an
+/// UPDATE / DELETE (the scan that finds the rows it writes).
+#[derive(Debug, Clone)]
+pub struct ExplainPlan {
+    /// Run it too.
+    pub analyze: bool,
+    /// JSON instead of text.
+    pub json: bool,
+    /// The SELECT (for a write: its scan).
+    pub select: Arc<SelectPlan>,
+    /// For a write: `Update` or `Delete`.
+    pub write: Option<&'static str>,
 }
 
 /// Why a routed query is the analytics engine's.
@@ -266,21 +270,23 @@ impl Planner {
                         | write::WriteKind::Delete { scan } => scan.clone(),
                         write::WriteKind::Insert { .. } => unreachable!("only UPDATE and DELETE"),
                     };
-                    Ok(Plan::Explain {
+                    Ok(Plan::Explain(Arc::new(ExplainPlan {
                         analyze,
                         json,
                         select: scan,
                         write: Some(kind),
-                    })
+                    })))
                 };
                 match &**statement {
                     Statement::Query(q) => match plan::plan_query(&self.catalog, q, sql)? {
-                        plan::Routed::Bound(s) if s.route == Route::Native => Plan::Explain {
-                            analyze,
-                            json,
-                            select: Arc::new(s),
-                            write: None,
-                        },
+                        plan::Routed::Bound(s) if s.route == Route::Native => {
+                            Plan::Explain(Arc::new(ExplainPlan {
+                                analyze,
+                                json,
+                                select: Arc::new(s),
+                                write: None,
+                            }))
+                        }
                         routed => Plan::Analytics {
                             reason: engine_reason(routed),
                             explain: Some(analyze),

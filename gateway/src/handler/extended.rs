@@ -104,7 +104,7 @@ impl StatementParser {
                 plan,
                 explain: None,
             } => encode::arrow_fields(&plan.schema, format),
-            Prepared::Explain { .. } | Prepared::Engine { .. } => text_field("QUERY PLAN"),
+            Prepared::Explain(_) | Prepared::Engine { .. } => text_field("QUERY PLAN"),
             Prepared::Show(n) => text_field(n),
             Prepared::Version => text_field("version"),
             Prepared::Fetch { name, .. } => self

@@ -346,7 +346,7 @@ impl ConnHandler {
         if matches!(
             p,
             Prepared::Select(_)
-                | Prepared::Explain { .. }
+                | Prepared::Explain(_)
                 | Prepared::Declare { .. }
                 | Prepared::Engine { .. }
         ) {
@@ -354,12 +354,7 @@ impl ConnHandler {
         }
         let response = match p {
             Prepared::Select(select) => self.select(select, &run, guard)?,
-            Prepared::Explain {
-                analyze,
-                json,
-                select,
-                write,
-            } => self.explain(select, *analyze, *json, *write, &run).await?,
+            Prepared::Explain(e) => self.explain(e, &run).await?,
             Prepared::Engine { plan, explain } => {
                 self.analytics(plan, *explain, &run, guard).await?
             }

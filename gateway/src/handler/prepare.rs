@@ -14,7 +14,7 @@ use pgwire::api::portal::Format;
 use pgwire::api::results::FieldInfo;
 use sqlparser::ast::{self, Statement};
 use tablegate_catalog::{ColumnRef, SqlType};
-use tablegate_planner::{Plan, Planner, SelectPlan, WritePlan};
+use tablegate_planner::{ExplainPlan, Plan, Planner, SelectPlan, WritePlan};
 
 use super::Session;
 use super::copy::format::CopyFormat;
@@ -28,17 +28,8 @@ use crate::sqlstate::PgError;
 pub enum Prepared {
     /// A SELECT.
     Select(NativeSelect),
-    /// EXPLAIN [ANALYZE] [FORMAT JSON].
-    Explain {
-        /// Run it too.
-        analyze: bool,
-        /// JSON output.
-        json: bool,
-        /// The SELECT (for UPDATE / DELETE: their scan).
-        select: Arc<SelectPlan>,
-        /// `Update` / `Delete` when explaining a write.
-        write: Option<&'static str>,
-    },
+    /// EXPLAIN [ANALYZE] [FORMAT JSON] of a native SELECT or a write's scan.
+    Explain(Arc<ExplainPlan>),
     /// INSERT, UPDATE, DELETE.
     Write(Arc<WritePlan>),
     /// CREATE / DROP / ALTER TABLE.
@@ -193,7 +184,7 @@ impl Prepared {
     pub(super) fn param_types(&self) -> &[SqlType] {
         match self {
             Prepared::Select(s) => &s.plan.param_types,
-            Prepared::Explain { select: s, .. } => &s.param_types,
+            Prepared::Explain(e) => &e.select.param_types,
             Prepared::Write(w) => &w.param_types,
             Prepared::Engine { plan, .. } => &plan.param_types,
             Prepared::Declare { query, .. } => query.param_types(),
@@ -501,17 +492,7 @@ pub fn prepare(
                 }
                 _ => engine_sql(other, single.then_some(sql), reason, explain),
             },
-            Plan::Explain {
-                analyze,
-                json,
-                select,
-                write,
-            } => Prepared::Explain {
-                analyze,
-                json,
-                select,
-                write,
-            },
+            Plan::Explain(e) => Prepared::Explain(e),
             Plan::Write(w) => Prepared::Write(w),
             p @ (Plan::CreateTable { .. } | Plan::DropTable { .. } | Plan::AddColumn { .. }) => {
                 Prepared::Ddl(p)
@@ -538,43 +519,37 @@ pub(super) async fn resolve(
     session: &Session,
     p: Prepared,
 ) -> Result<Prepared, PgError> {
-    match p {
+    let plan = |sql: String, reason: String| async move {
+        let engine = session.engine(planner).await?;
+        let plan = engine
+            .plan(&sql, &reason)
+            .await
+            .map_err(|e| PgError::from(&e))?;
+        Ok::<_, PgError>(Arc::new(plan))
+    };
+    Ok(match p {
         Prepared::EngineSql {
             sql,
             reason,
             explain,
-        } => {
-            let engine = session.engine(planner).await?;
-            let plan = engine
-                .plan(&sql, &reason)
-                .await
-                .map_err(|e| PgError::from(&e))?;
-            Ok(Prepared::Engine {
-                plan: Arc::new(plan),
-                explain,
-            })
-        }
-        Prepared::PrepareSql { name, stmt, bytes } => Ok(Prepared::PrepareSql {
+        } => Prepared::Engine {
+            plan: plan(sql, reason).await?,
+            explain,
+        },
+        Prepared::PrepareSql { name, stmt, bytes } => Prepared::PrepareSql {
             name,
             stmt: Box::new(Box::pin(resolve(planner, session, *stmt)).await?),
             bytes,
-        }),
+        },
         Prepared::Declare {
             name,
             query: CursorQuery::EngineSql { sql, reason },
             hold,
-        } => {
-            let engine = session.engine(planner).await?;
-            let plan = engine
-                .plan(&sql, &reason)
-                .await
-                .map_err(|e| PgError::from(&e))?;
-            Ok(Prepared::Declare {
-                name,
-                query: CursorQuery::Engine(Arc::new(plan)),
-                hold,
-            })
-        }
-        other => Ok(other),
-    }
+        } => Prepared::Declare {
+            name,
+            query: CursorQuery::Engine(plan(sql, reason).await?),
+            hold,
+        },
+        other => other,
+    })
 }

@@ -2,8 +2,11 @@
 //! DEALLOCATE (protocol-level ones are pgwire's, budgeted in
 //! [`super::extended`]).
 
+use std::sync::Arc;
+
 use pgwire::api::results::{Response, Tag};
 use sqlparser::ast;
+use tablegate_planner::ExplainPlan;
 use tablegate_store::Value;
 
 use super::params::constant_param;
@@ -66,12 +69,12 @@ impl ConnHandler {
             } => {
                 let (stmt, params) = self.named_call(name, args)?;
                 let explain = match stmt {
-                    Prepared::Select(select) => Prepared::Explain {
+                    Prepared::Select(select) => Prepared::Explain(Arc::new(ExplainPlan {
                         analyze: *analyze,
                         json: *json,
                         select: select.plan,
                         write: None,
-                    },
+                    })),
                     Prepared::Engine {
                         plan,
                         explain: None,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use pgwire::api::results::{QueryResponse, Response};
-use tablegate_planner::SelectPlan;
+use tablegate_planner::ExplainPlan;
 
 use super::prepare::NativeSelect;
 use super::{ConnHandler, Run, one_text_row};
@@ -37,15 +37,12 @@ impl ConnHandler {
     /// scan.
     pub(super) async fn explain(
         &self,
-        select: &Arc<SelectPlan>,
-        analyze: bool,
-        json: bool,
-        write: Option<&'static str>,
+        e: &ExplainPlan,
         run: &Run<'_>,
     ) -> Result<Response, PgError> {
         let explained = self
             .planner
-            .explain(select, run.params, analyze, json, write, &run.opts);
+            .explain(&e.select, run.params, e.analyze, e.json, e.write, &run.opts);
         let lines = tokio::select! {
             r = explained => r.map_err(|e| PgError::from(&e))?,
             e = run.stop.wait() => return Err(e),

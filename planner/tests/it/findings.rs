@@ -168,8 +168,8 @@ async fn a_malformed_etag_literal_matches_no_row() {
 /// per server) instead of the 2,000/s partition target (12 entities: 6 ms).
 /// Same for two point lookups in one partition (`partitions 2`, 200 µs,
 /// although one lookup alone is 500 µs). Golden files showing it:
-/// t02_boolean.out (`runner < 'AGE:020' OR runner > 'BIB:00040'`),
-/// t05_keys_nulls_onekey.out (`runner IN (… duplicates …)`,
+/// boolean_logic.out (`runner < 'AGE:020' OR runner > 'BIB:00040'`),
+/// key_forms_nulls_and_one_key_tables.out (`runner IN (… duplicates …)`,
 /// `(race, runner) <> (…)`: partitions 7 of a 6-partition table).
 #[tokio::test]
 async fn estimated_partitions_count_each_partition_key_once() {
@@ -248,7 +248,7 @@ async fn minimum_time_respects_the_partition_target_across_partitions() {
 /// combinations. `race <> 'x'`, `NOT (race = 'x')` and `race NOT BETWEEN …`
 /// give key spans (partition-range), but `race NOT IN ('x')` and
 /// `NOT (race IN ('x'))` — the same predicate — are a full scan with the
-/// whole list as residual (t01_predicates.out blesses this today).
+/// whole list as residual (predicates.out blesses this today).
 #[tokio::test]
 async fn not_in_on_the_partition_key_gives_key_spans() {
     let p = fixture::planner().await;

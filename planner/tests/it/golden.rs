@@ -47,7 +47,7 @@ async fn explain(p: &Planner, sql: &str) -> String {
         })?;
         let select = match p.plan(stmt, sql)? {
             Plan::Select(s) => s,
-            Plan::Explain { select, .. } => select,
+            Plan::Explain(e) => e.select.clone(),
             // The engine runs it; what the planner shows is its access to
             // the one table it reads, when it binds one.
             Plan::Analytics { reason, .. } => {

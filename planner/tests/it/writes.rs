@@ -247,11 +247,11 @@ async fn explain_of_a_write_shows_its_scan() {
     let p = fixture::planner().await;
     let sql = "EXPLAIN DELETE FROM registrations WHERE race = '2026 NYC__Full' AND age > 60";
     let stmt = Planner::parse(sql).unwrap().remove(0);
-    let Plan::Explain { select, write, .. } = p.plan(&stmt, sql).unwrap() else {
+    let Plan::Explain(e) = p.plan(&stmt, sql).unwrap() else {
         panic!()
     };
     let lines = p
-        .explain(&select, &[], false, false, write, &fixture::opts())
+        .explain(&e.select, &[], false, false, e.write, &fixture::opts())
         .await
         .unwrap();
     assert_eq!(lines[0], "Delete on registrations");
