@@ -153,7 +153,7 @@ pub fn fold(ident: &ast::Ident) -> String {
 /// comparison's meaning on integers (`x < 2.5` is `x < 3`, `x > 2.5` is
 /// `x > 2`); what lies beyond bigint becomes a double beyond it, and a
 /// fraction no integer can equal a value that equals none, so the column's
-/// own range rules (`keys::in_column_type`) finish the job.
+/// own range rules (`keys::filter::in_column_type`) finish the job.
 fn integer_operand(n: &str, op: &str) -> Option<Value> {
     let t = n.trim();
     if t.contains(['e', 'E']) {
