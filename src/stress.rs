@@ -104,21 +104,6 @@ fn backoff(attempt: u32, jitter: f64) -> Duration {
     Duration::from_secs_f64(y.min(0.2))
 }
 
-/// A small xorshift: reproducible and dependency-free randomness.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 async fn connect(conn: &tokio_postgres::Config) -> Result<tokio_postgres::Client, String> {
     crate::pgenv::connect(conn).await
 }
@@ -258,7 +243,8 @@ async fn drive(
         let (entities, read_share, payload) =
             (args.entities.max(1), args.read_share, payload.clone());
         tasks.push(tokio::spawn(async move {
-            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x1000_0001));
+            let mut rng =
+                fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15 ^ ((c as u64 + 1) * 0x1000_0001));
             let mut next_at = Instant::now();
             let mut attempt = 0u32;
             let mut op: Option<(bool, String, i32)> = None;
@@ -268,12 +254,8 @@ async fn drive(
                     next_at += every;
                 }
                 let (is_read, rk, n) = op.get_or_insert_with(|| {
-                    let k = rng.next() as usize % entities;
-                    (
-                        rng.unit() < read_share,
-                        format!("r{k:07}"),
-                        rng.next() as i32,
-                    )
+                    let k = rng.usize(..entities);
+                    (rng.f64() < read_share, format!("r{k:07}"), rng.i32(..))
                 });
                 let began = Instant::now();
                 let result = if *is_read {
@@ -306,7 +288,7 @@ async fn drive(
                             t.second(at).1 += 1;
                         }
                         attempt += 1;
-                        tokio::time::sleep(backoff(attempt, rng.unit())).await;
+                        tokio::time::sleep(backoff(attempt, rng.f64())).await;
                     }
                     Err(e) => {
                         tally.lock().errors.push(db_err(e));

@@ -55,23 +55,6 @@ const RANGE: usize = 100;
 const PROGRESS_EVERY: usize = 100_000;
 const STRING_CHARS: usize = 100;
 
-/// xorshift64*: deterministic and dependency-free.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 fn pk(p: usize) -> String {
     format!("p{p:06}")
 }
@@ -81,9 +64,9 @@ fn rk(r: usize) -> String {
 }
 
 /// An entity like the loaded ones: a ~100-character string and an integer.
-fn entity(rng: &mut Rng, pk: String, rk: String, n: i64) -> EntityWrite {
+fn entity(rng: &mut fastrand::Rng, pk: String, rk: String, n: i64) -> EntityWrite {
     let text: String = (0..STRING_CHARS)
-        .map(|_| char::from(b'a' + rng.below(26) as u8))
+        .map(|_| char::from(b'a' + rng.usize(..26) as u8))
         .collect();
     EntityWrite::new(pk, rk)
         .with("text", Value::String(text))
@@ -152,7 +135,8 @@ impl Loaded {
                 for t in 0..threads {
                     let (store, done) = (store.clone(), &done);
                     scope.spawn(move || {
-                        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+                        let mut rng =
+                            fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
                         for p in (t..shape.partitions).step_by(threads) {
                             for first in (0..shape.per_partition).step_by(EGT_OPS) {
                                 let last = (first + EGT_OPS).min(shape.per_partition);
@@ -199,12 +183,12 @@ fn read_benches(c: &mut Criterion, loaded: &OnceCell<Loaded>, shape: Shape) {
 
     let mut g = c.benchmark_group("read");
     g.throughput(Throughput::Elements(1));
-    let mut rng = Rng(42);
+    let mut rng = fastrand::Rng::with_seed(42);
     let keys: Vec<(String, String)> = (0..4096)
         .map(|_| {
             (
-                pk(rng.below(shape.partitions)),
-                rk(rng.below(shape.per_partition)),
+                pk(rng.usize(..shape.partitions)),
+                rk(rng.usize(..shape.per_partition)),
             )
         })
         .collect();
@@ -221,13 +205,13 @@ fn read_benches(c: &mut Criterion, loaded: &OnceCell<Loaded>, shape: Shape) {
     });
 
     g.throughput(Throughput::Elements(RANGE as u64));
-    let mut rng = Rng(7);
+    let mut rng = fastrand::Rng::with_seed(7);
     let page = PageRequest::first(RANGE);
     let queries: Vec<Query> = (0..1024)
         .map(|_| {
-            let start = rng.below(shape.per_partition - RANGE + 1);
+            let start = rng.usize(..shape.per_partition - RANGE + 1);
             Query::spans(vec![KeyBox {
-                pk: KeyInterval::point(pk(rng.below(shape.partitions))),
+                pk: KeyInterval::point(pk(rng.usize(..shape.partitions))),
                 rk: KeyInterval::new(
                     Bound::Included(rk(start)),
                     Bound::Excluded(rk(start + RANGE)),
@@ -343,7 +327,7 @@ fn write_benches(c: &mut Criterion) {
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = store_with_table(dir.path(), durability);
-        let mut rng = Rng(99);
+        let mut rng = fastrand::Rng::with_seed(99);
         let mut partition = 0usize;
         g.bench_function(name, |b| {
             b.iter_batched(
@@ -371,7 +355,7 @@ fn write_benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("write");
     let dir = tempfile::tempdir().expect("tempdir");
     let store = store_with_table(dir.path(), Durability::Buffered);
-    let mut rng = Rng(7);
+    let mut rng = fastrand::Rng::with_seed(7);
     for first in (0..PER_PARTITION).step_by(EGT_OPS) {
         let ops: Vec<_> = (first..first + EGT_OPS)
             .map(|r| Operation::Insert(entity(&mut rng, pk(0), rk(r), r as i64)))
@@ -383,7 +367,7 @@ fn write_benches(c: &mut Criterion) {
     g.bench_function("replace_1_buffered", |b| {
         b.iter_batched(
             || {
-                let r = rng.below(PER_PARTITION);
+                let r = rng.usize(..PER_PARTITION);
                 [Operation::Replace {
                     entity: entity(&mut rng, pk(0), rk(r), r as i64),
                     if_match: IfMatch::Any,

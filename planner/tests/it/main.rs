@@ -2,8 +2,6 @@
 
 mod differential;
 mod estimates;
-mod findings;
 mod fixture;
 mod golden;
-mod native_vs_brute;
 mod writes;

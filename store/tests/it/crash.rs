@@ -79,23 +79,17 @@ fn crash_child() {
     }
 }
 
-/// A tiny deterministic PRNG (xorshift) so kill times vary per round.
-fn next_rand(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
 #[test]
 fn crash_recovery() {
     let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
+    let mut rng = fastrand::Rng::with_seed(
+        0x9E37_79B9_7F4A_7C15u64
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64,
+    );
     let mut total_acked = 0u64;
     for round in 0..ROUNDS {
         let mut child = Command::new(&exe)
@@ -131,7 +125,7 @@ fn crash_recovery() {
             (ready, acked)
         });
         let _ = ready_rx.recv_timeout(Duration::from_secs(60));
-        let delay = Duration::from_millis(20 + next_rand(&mut seed) % 500);
+        let delay = Duration::from_millis(20 + rng.u64(..500));
         std::thread::sleep(delay);
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

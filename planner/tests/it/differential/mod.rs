@@ -1,7 +1,13 @@
-//! Differential test, second generation: the native path against a
-//! brute-force evaluation of the same predicate over every generated row.
+//! The native path against a brute-force evaluation of the same predicate
+//! over every generated row: generated queries here, and the planner's
+//! fixed findings as hand-written cases ([`findings`]). The evaluator is
+//! written independently of the planner and the store: SQL three-valued
+//! logic, ordinal string order, its own LIKE.
 //!
-//! Complements `native_vs_brute` with what that module leaves out:
+//! The generator covers:
+//! - every predicate form the planner classifies: comparisons (literal on
+//!   either side), BETWEEN, IN, LIKE / ILIKE, IS NULL, row values, AND,
+//!   OR, NOT, nested;
 //! - more range partitions (four, on four servers) and a partition large
 //!   enough to need many pages, with page sizes 1, 2, 3, 7 and 1000;
 //! - keys that stress ordinal order: `''`, `'a'` / `'ab'` / `'abc'`,
@@ -24,8 +30,11 @@
 use std::collections::BTreeMap;
 
 use arrow_array::cast::AsArray;
+use fastrand::Rng;
 use tablegate_planner::{AccessClass, ExecOptions, Plan, Planner};
 use tablegate_store::{EntityWrite, Operation, Value};
+
+mod findings;
 
 /// PartitionKeys (all valid keys).
 const PKS: &[&str] = &[
@@ -46,25 +55,14 @@ const BIG_PK: &str = "b";
 /// Range partition boundaries and their servers.
 const SPLITS: &[(&str, usize)] = &[("a_", 1), ("b", 2), ("é", 3)];
 
-struct Rng(u64);
+/// One of `v`.
+fn pick<'a>(r: &mut Rng, v: &[&'a str]) -> &'a str {
+    v[r.usize(..v.len())]
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, v: &[&'a str]) -> &'a str {
-        v[self.below(v.len())]
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
+/// True `percent` times in a hundred.
+fn chance(r: &mut Rng, percent: u64) -> bool {
+    r.u64(..100) < percent
 }
 
 #[derive(Debug, Clone)]
@@ -146,63 +144,63 @@ impl Gen {
         } else {
             &[Col::Pk, Col::Pk, Col::N, Col::S]
         };
-        cols[r.below(cols.len())]
+        cols[r.usize(..cols.len())]
     }
 
     fn text_col(&self, r: &mut Rng) -> Col {
         if self.has_rk {
-            [Col::Pk, Col::Rk, Col::S][r.below(3)]
+            [Col::Pk, Col::Rk, Col::S][r.usize(..3)]
         } else {
-            [Col::Pk, Col::S][r.below(2)]
+            [Col::Pk, Col::S][r.usize(..2)]
         }
     }
 
     fn lit(&self, col: Col, r: &mut Rng) -> Lit {
-        if r.chance(4) {
+        if chance(r, 4) {
             return Lit::Null;
         }
         let text = |r: &mut Rng, pool: &[&str]| {
-            if r.chance(15) {
-                Lit::Str(r.pick(BOUNDS).to_owned())
+            if chance(r, 15) {
+                Lit::Str(pick(r, BOUNDS).to_owned())
             } else {
-                Lit::Str(r.pick(pool).to_owned())
+                Lit::Str(pick(r, pool).to_owned())
             }
         };
         match col {
             Col::Pk => text(r, PKS),
             Col::Rk => text(r, RKS),
             Col::S => text(r, STRS),
-            Col::N => Lit::Int(r.below(25) as i32 - 5),
+            Col::N => Lit::Int(r.usize(..25) as i32 - 5),
         }
     }
 
     fn pattern(&self, esc: Esc, r: &mut Rng) -> String {
         let mut p = String::new();
         // Mostly start with a literal, so the pattern has a key prefix.
-        let n = 1 + r.below(4);
+        let n = 1 + r.usize(..4);
         for i in 0..n {
-            let k = r.below(10);
+            let k = r.usize(..10);
             match (k, esc.char()) {
                 (0, _) if i > 0 => p.push('%'),
                 (1, _) if i > 0 => p.push('_'),
                 (2, Some(e)) => {
                     p.push(e);
-                    p.push(['%', '_'][r.below(2)]);
+                    p.push(['%', '_'][r.usize(..2)]);
                 }
                 (3, _) => p.push('%'),
-                _ => p.push(['a', 'b', '1', 'x', 'é', 'B', '_'][r.below(7)]),
+                _ => p.push(['a', 'b', '1', 'x', 'é', 'B', '_'][r.usize(..7)]),
             }
         }
-        if r.chance(30) && !p.ends_with('%') {
+        if chance(r, 30) && !p.ends_with('%') {
             p.push('%');
         }
         p
     }
 
     fn predicate(&self, r: &mut Rng, depth: u32) -> P {
-        let leaf = depth == 0 || r.chance(40);
+        let leaf = depth == 0 || chance(r, 40);
         if !leaf {
-            return match r.below(3) {
+            return match r.usize(..3) {
                 0 => P::And(
                     Box::new(self.predicate(r, depth - 1)),
                     Box::new(self.predicate(r, depth - 1)),
@@ -215,32 +213,32 @@ impl Gen {
             };
         }
         let col = self.col(r);
-        match r.below(9) {
-            0 | 1 => P::Cmp(col, OPS[r.below(6)], self.lit(col, r)),
-            2 => P::CmpFlipped(self.lit(col, r), OPS[r.below(6)], col),
-            3 => P::Between(col, self.lit(col, r), self.lit(col, r), r.chance(30)),
+        match r.usize(..9) {
+            0 | 1 => P::Cmp(col, OPS[r.usize(..6)], self.lit(col, r)),
+            2 => P::CmpFlipped(self.lit(col, r), OPS[r.usize(..6)], col),
+            3 => P::Between(col, self.lit(col, r), self.lit(col, r), chance(r, 30)),
             4 => P::In(
                 col,
-                (0..1 + r.below(4)).map(|_| self.lit(col, r)).collect(),
-                r.chance(35),
+                (0..1 + r.usize(..4)).map(|_| self.lit(col, r)).collect(),
+                chance(r, 35),
             ),
             5 | 6 => {
-                let esc = [Esc::Default, Esc::Default, Esc::Bang, Esc::None][r.below(4)];
+                let esc = [Esc::Default, Esc::Default, Esc::Bang, Esc::None][r.usize(..4)];
                 P::Like {
                     col: self.text_col(r),
                     pattern: self.pattern(esc, r),
                     esc,
-                    negated: r.chance(20),
-                    ci: r.chance(20),
+                    negated: chance(r, 20),
+                    ci: chance(r, 20),
                 }
             }
-            7 => P::IsNull(self.col(r), r.chance(50)),
+            7 => P::IsNull(self.col(r), chance(r, 50)),
             _ if self.has_rk => P::Row(
-                OPS[r.below(6)],
-                r.pick(PKS).to_owned(),
-                r.pick(RKS).to_owned(),
+                OPS[r.usize(..6)],
+                pick(r, PKS).to_owned(),
+                pick(r, RKS).to_owned(),
             ),
-            _ => P::Cmp(Col::Pk, OPS[r.below(6)], self.lit(Col::Pk, r)),
+            _ => P::Cmp(Col::Pk, OPS[r.usize(..6)], self.lit(Col::Pk, r)),
         }
     }
 }
@@ -269,7 +267,7 @@ struct Render {
 
 impl Render {
     fn lit(&mut self, l: &Lit, col: Col, r: &mut Rng) -> String {
-        if r.chance(self.param_pct) {
+        if chance(r, self.param_pct) {
             let v = match (l, col) {
                 (Lit::Null, _) => None,
                 (Lit::Str(s), _) => Some(Value::String(s.clone())),
@@ -500,12 +498,12 @@ fn eval(p: &P, row: &Row) -> Option<bool> {
 /// A planner holding `diff_two` (pk, rk) and `diff_one` (id) with random
 /// rows; returns the rows of each in clustered-key order.
 async fn setup(seed: u64) -> (Planner, Vec<Row>, Vec<Row>) {
-    let (p, store) = super::fixture::empty_planner().await;
+    let (p, store) = crate::fixture::empty_planner().await;
     for ddl in [
         "CREATE TABLE diff_two (pk TEXT, rk TEXT, n INT, s TEXT, PRIMARY KEY (pk, rk))",
         "CREATE TABLE diff_one (id TEXT PRIMARY KEY, n INT, s TEXT)",
     ] {
-        super::fixture::run(&p, ddl).await;
+        crate::fixture::run(&p, ddl).await;
     }
     for table in ["diff_two", "diff_one"] {
         for (at, server) in SPLITS {
@@ -513,11 +511,11 @@ async fn setup(seed: u64) -> (Planner, Vec<Row>, Vec<Row>) {
             store.move_range_blocking(table, at, *server).unwrap();
         }
     }
-    let mut r = Rng(seed);
+    let mut r = Rng::with_seed(seed);
     let props = |r: &mut Rng| {
         (
-            (!r.chance(20)).then(|| r.below(25) as i32 - 5),
-            (!r.chance(25)).then(|| r.pick(STRS).to_owned()),
+            (!chance(r, 20)).then(|| r.usize(..25) as i32 - 5),
+            (!chance(r, 25)).then(|| pick(r, STRS).to_owned()),
         )
     };
     let mut two = Vec::new();
@@ -527,7 +525,7 @@ async fn setup(seed: u64) -> (Planner, Vec<Row>, Vec<Row>) {
             rks.extend((0..40).map(|i| format!("r{i:02}")));
         }
         for rk in rks {
-            if r.chance(60) {
+            if chance(&mut r, 60) {
                 let (n, s) = props(&mut r);
                 two.push(Row {
                     pk: (*pk).to_owned(),
@@ -540,7 +538,7 @@ async fn setup(seed: u64) -> (Planner, Vec<Row>, Vec<Row>) {
     }
     let mut one = Vec::new();
     for pk in PKS.iter().chain(BOUNDS.iter().filter(|b| !b.contains('/'))) {
-        if r.chance(75) {
+        if chance(&mut r, 75) {
             let (n, s) = props(&mut r);
             one.push(Row {
                 pk: (*pk).to_owned(),
@@ -639,7 +637,7 @@ async fn native_path_equals_brute_force() {
     let mut classes: BTreeMap<AccessClass, usize> = BTreeMap::new();
     for seed in SEEDS {
         let (planner, two, one) = setup(seed).await;
-        let mut r = Rng(seed.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15);
+        let mut r = Rng::with_seed(seed.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15);
         for i in 0..250 {
             let has_rk = i % 5 != 4;
             let (table, rows, select) = if has_rk {
@@ -653,14 +651,14 @@ async fn native_path_equals_brute_force() {
             // points and row ranges are as common as the wider classes.
             let eq = |c: Col, r: &mut Rng| {
                 let pool = if c == Col::Pk { PKS } else { RKS };
-                P::Cmp(c, "=", Lit::Str(r.pick(pool).to_owned()))
+                P::Cmp(c, "=", Lit::Str(pick(r, pool).to_owned()))
             };
-            match r.below(10) {
+            match r.usize(..10) {
                 0..=2 => p = P::And(Box::new(eq(Col::Pk, &mut r)), Box::new(p)),
                 3 if has_rk => {
                     let point =
                         P::And(Box::new(eq(Col::Pk, &mut r)), Box::new(eq(Col::Rk, &mut r)));
-                    p = if r.chance(50) {
+                    p = if chance(&mut r, 50) {
                         P::And(Box::new(point), Box::new(p))
                     } else {
                         P::Or(Box::new(point), Box::new(p))
@@ -674,7 +672,7 @@ async fn native_path_equals_brute_force() {
                 params: Vec::new(),
             };
             let where_ = render.sql(&p, &mut r);
-            let order = if r.chance(20) {
+            let order = if chance(&mut r, 20) {
                 if has_rk {
                     " ORDER BY pk, rk"
                 } else {
@@ -734,12 +732,12 @@ async fn native_path_equals_brute_force() {
 async fn limit_and_offset_match_brute_force() {
     for seed in SEEDS {
         let (planner, two, _) = setup(seed).await;
-        let mut r = Rng(seed ^ 0x5151_5151);
+        let mut r = Rng::with_seed(seed ^ 0x5151_5151);
         for i in 0..100 {
             // Mostly simple predicates, so results are long enough for the
             // window to matter.
             let p = Gen { has_rk: true }.predicate(&mut r, 1);
-            let p = if r.chance(50) {
+            let p = if chance(&mut r, 50) {
                 P::IsNull(Col::Pk, true)
             } else {
                 p
@@ -749,7 +747,7 @@ async fn limit_and_offset_match_brute_force() {
                 param_pct: 0,
                 params: Vec::new(),
             };
-            let (limit, offset) = (r.below(12), r.below(6));
+            let (limit, offset) = (r.usize(..12), r.usize(..6));
             let sql = format!(
                 "SELECT pk, rk FROM diff_two WHERE {} LIMIT {limit} OFFSET {offset}",
                 render.sql(&p, &mut r)
@@ -792,4 +790,26 @@ fn oracle_like() {
     assert!(t("éa", "_a", None));
     assert!(t("abc", "a%c", None));
     assert!(!t("abcd", "a%c", None));
+}
+
+/// IN lists longer than the planner's box budget are widened to a hull for
+/// the scan; the list itself must stay in the residual filter.
+#[tokio::test]
+async fn long_in_lists_stay_exact() {
+    let (planner, rows, _) = setup(0x5EED).await;
+    let mut values: Vec<String> = (0..1_500).map(|i| format!("'zz{i:04}'")).collect();
+    values.push("'a'".into());
+    values.push("'111'".into());
+    let query = format!(
+        "SELECT pk, rk FROM diff_two WHERE pk IN ({})",
+        values.join(", ")
+    );
+    let (got, _) = run(&planner, &query, &[], 1000).await;
+    let expected: Vec<(String, String)> = rows
+        .iter()
+        .filter(|r| r.pk == "a" || r.pk == "111")
+        .map(|r| (r.pk.clone(), r.rk.clone()))
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(got, expected);
 }

@@ -9,7 +9,7 @@ use arrow_array::cast::AsArray;
 use tablegate_planner::{ExecOptions, Plan, Planner, Result};
 use tablegate_store::{EntityWrite, Operation, Value};
 
-use super::fixture;
+use crate::fixture;
 
 async fn select(p: &Planner, sql: &str) -> std::sync::Arc<tablegate_planner::SelectPlan> {
     match p.plan(&Planner::parse(sql).unwrap()[0], sql).unwrap() {
