@@ -17,6 +17,7 @@ mod pgref;
 mod product;
 mod psql;
 mod rng;
+mod scripts;
 mod server;
 mod tls_driver;
 mod typed_keys;
