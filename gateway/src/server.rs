@@ -196,7 +196,7 @@ impl Server {
 ///
 /// pgwire's own loop keeps tokio-util's 8 KiB default: a 100-row answer
 /// (~15 KB) then leaves in two `sendto`s, each a trip through the kernel's
-/// loopback path, about a tenth of a range query's CPU. Responses are
+/// loopback path. Responses are
 /// flushed at every Sync/Flush/ReadyForQuery anyway, so a larger boundary
 /// only bounds the memory a large result holds per connection.
 const WRITE_BOUNDARY: usize = 64 * 1024;
@@ -384,14 +384,9 @@ struct Job {
 /// often asleep on the other core, and the wake-up is an inter-processor
 /// interrupt, which on this VM costs the client's and the server's core
 /// several microseconds. With one thread per connection the kernel keeps
-/// each client and its thread on one core, as it does a PostgreSQL backend.
-/// Measured with 4 pgbench clients on 2 cores (prepared point lookups,
-/// server and pgbench CPU from /proc, rescheduling interrupts from
-/// /proc/interrupts): with one runtime per core, 0.39 rescheduling
-/// interrupts per lookup, 29–31 µs of server and 18–22 µs of pgbench CPU;
-/// with a thread per connection, none, 24–27 µs and 12–13 µs. Before
-/// either, the multi-threaded runtime's work stealing cost more still (16%
-/// fewer lookups than one runtime per core).
+/// each client and its thread on one core, as it does a PostgreSQL backend,
+/// and the rescheduling interrupts are gone (figures:
+/// `bench/results/gateway-notes.md`).
 ///
 /// After startup a plain TCP connection's thread waits for the next
 /// request in a blocking read instead of the runtime's `epoll_wait`

@@ -76,9 +76,9 @@ where
     S: Stream<Item = Result<RecordBatch, PgError>> + Send + Unpin + 'static,
 {
     // One step per batch: its rows are encoded together, then handed out
-    // by a plain iterator. (A step per row moved the whole stream state in
-    // and out of a new future for every row, ~4% of a 100-row range
-    // query.) A batch's rows all go out before `stop` is looked at again.
+    // by a plain iterator (a step per row moved the whole stream state in
+    // and out of a new future for every row). A batch's rows all go out
+    // before `stop` is looked at again.
     let per_batch = futures::stream::unfold((batches, false), move |(mut batches, done)| {
         let fields = fields.clone();
         let stop = stop.clone();

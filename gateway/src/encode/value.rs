@@ -180,8 +180,8 @@ pub fn pg_float4_text(d: f32) -> String {
     s
 }
 
-/// A float in a DataRow: its text written straight into the row's buffer
-/// (a `String` per value was a tenth of a 100-row range query's CPU).
+/// A float in a DataRow: its text written straight into the row's buffer,
+/// with no `String` per value.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum PgFloat {
     F4(f32),

@@ -243,8 +243,7 @@ impl ExtendedQueryHandler for ConnHandler {
     /// Bind, as pgwire's default but for one thing: BindComplete is queued
     /// (`feed`), not flushed. PostgreSQL writes a Bind/Execute/Sync round's
     /// answers in one go at Sync; a flush here was a second `send` per
-    /// prepared statement, waking the client for nothing (measured: 30k vs
-    /// 45k point lookups/s, prepared vs simple, 4 pgbench clients).
+    /// prepared statement, waking the client for nothing.
     async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
