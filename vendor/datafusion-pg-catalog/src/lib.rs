@@ -1,0 +1,5 @@
+pub mod pg_catalog;
+mod pg_types;
+pub mod sql;
+
+pub use pg_catalog::setup_pg_catalog;
