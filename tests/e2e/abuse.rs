@@ -82,7 +82,7 @@ async fn malformed_messages_do_not_hurt_other_clients() {
     let abusers: Vec<_> = (0..16u64)
         .map(|t| {
             std::thread::spawn(move || {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
+                let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
                 for i in 0..40 {
                     abuse(port, t * 40 + i, &mut rng);
                 }

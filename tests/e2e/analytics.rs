@@ -125,7 +125,7 @@ const QUERIES: &[&str] = &[
 
 /// The data: a small PRNG, the same rows in both databases.
 fn rows() -> (Vec<String>, Vec<String>) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let mut next = move || rng.next();
     let races = [
         ("berlin", "Berlin Marathon", 42.195),

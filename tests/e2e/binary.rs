@@ -166,7 +166,7 @@ const QUERIES: &[&str] = &[
 
 /// A small PRNG: the same rows in both databases.
 fn rows() -> Vec<String> {
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     let mut next = move || rng.next();
     let texts = [
         "ana",

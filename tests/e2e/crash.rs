@@ -22,7 +22,7 @@ struct Sent {
 #[tokio::test]
 async fn acknowledged_copy_and_insert_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     let mut next = move || rng.next();
     let mut sent: Vec<Sent> = Vec::new();
     for round in 0..4 {

@@ -1,22 +1,24 @@
-//! A deterministic xorshift64 generator, shared by the tests that need
-//! reproducible data (the same rows in tablegate and PostgreSQL, the same
-//! abuse and crash rounds on every run).
+//! The seeded generator of the e2e tests (fastrand, as in the planner's and
+//! store's tests), with the few draws they share: the same rows in
+//! tablegate and PostgreSQL, the same abuse and crash rounds on every run.
 
-/// xorshift64: a seed (not zero) and its sequence.
+/// A seeded generator; each test file adds the draws of its own domain.
 #[derive(Debug, Clone)]
-pub struct Rng(pub u64);
+pub struct Rng(fastrand::Rng);
 
 impl Rng {
+    /// The generator for `seed`: the same seed, the same sequence.
+    pub fn new(seed: u64) -> Self {
+        Rng(fastrand::Rng::with_seed(seed))
+    }
+
     /// The next value.
     pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.u64(..)
     }
 
     /// A value in `0..n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.u64(..n)
     }
 }

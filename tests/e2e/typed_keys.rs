@@ -143,7 +143,7 @@ fn key_predicate(r: &mut Rng, col: &str, konst: &mut dyn FnMut(&mut Rng) -> Stri
 }
 
 fn queries() -> Vec<String> {
-    let mut r = Rng(0x7e57_ed6e_4b00_0001);
+    let mut r = Rng::new(0x7e57_ed6e_4b00_0001);
     let mut out = Vec::new();
     for _ in 0..70 {
         let p = key_predicate(&mut r, "id", &mut bigint_const);

@@ -488,7 +488,7 @@ async fn random_writes_match_postgresql() {
     t.batch_execute(DDL).await.unwrap();
 
     let seed = seed();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut history: Vec<String> = Vec::new();
     let mut present: Vec<Row> = Vec::new();
     let (mut errors, mut affected, mut max_rows) = (0, 0, 0);
