@@ -33,6 +33,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("application_name", ""),
     ("client_encoding", "UTF8"),
     ("datestyle", "ISO, MDY"),
+    ("default_transaction_read_only", "off"),
     ("extra_float_digits", "1"),
     ("integer_datetimes", "on"),
     ("intervalstyle", "postgres"),
@@ -167,10 +168,12 @@ impl Settings {
                 Ok(n) if (-15..=3).contains(&n) => n.to_string(),
                 _ => return Err(bad("an integer from -15 to 3")),
             },
-            "tablegate.allow_full_scan" => match parse_bool(value) {
-                Some(b) => if b { "on" } else { "off" }.to_owned(),
-                None => return Err(bad("on or off")),
-            },
+            "tablegate.allow_full_scan" | "default_transaction_read_only" => {
+                match parse_bool(value) {
+                    Some(b) => if b { "on" } else { "off" }.to_owned(),
+                    None => return Err(bad("on or off")),
+                }
+            }
             "tablegate.page_size" => match value.parse::<usize>() {
                 Ok(n) if (1..=1000).contains(&n) => n.to_string(),
                 _ => return Err(bad("an integer from 1 to 1000 (entities per store page)")),
@@ -232,6 +235,14 @@ impl Settings {
                 "unrecognized configuration parameter \"{name}\""
             ))),
         }
+    }
+
+    /// default_transaction_read_only.
+    pub fn default_read_only(&self) -> bool {
+        self.settings
+            .get("default_transaction_read_only")
+            .map(String::as_str)
+            == Some("on")
     }
 
     /// statement_timeout, if set.

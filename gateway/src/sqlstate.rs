@@ -139,6 +139,12 @@ conditions! {
     bad_copy_file_format = "22P04";
     /// 42704: a setting that does not exist.
     undefined_object = "42704";
+    /// 25001: BEGIN inside a transaction block (a WARNING).
+    active_sql_transaction = "25001";
+    /// 25006: a write in a READ ONLY transaction.
+    read_only_sql_transaction = "25006";
+    /// 42P02: a `$n` with no value.
+    undefined_parameter = "42P02";
     /// 25P01: a command that needs a transaction block.
     no_active_sql_transaction = "25P01";
     /// 22P02: a value whose text does not parse as its type.

@@ -228,6 +228,12 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Routed
             TableFactor::Derived { .. } => {
                 return engine("a subquery in FROM");
             }
+            TableFactor::Table { args: Some(_), .. }
+            | TableFactor::Function { .. }
+            | TableFactor::TableFunction { .. }
+            | TableFactor::UNNEST { .. } => {
+                return engine("a table function");
+            }
             other => {
                 return Err(PlanError::Unsupported {
                     feature: format!("FROM {other}"),

@@ -47,6 +47,8 @@ use tablegate_catalog::SqlType;
 use tablegate_planner::{ExecOptions, Planner};
 use tablegate_store::Value;
 
+use crate::sqlstate::PgError;
+
 use provider::{SharedOptions, StoreSchema};
 
 /// What the engine's calls fail with.
@@ -384,6 +386,24 @@ impl Engine {
     ) -> Result<LogicalPlan, DataFusionError> {
         *self.opts.lock() = opts;
         let plan = p.plan.as_ref().clone();
+        if params.len() < p.param_types.len() {
+            // A `$n` the client never sent (say, in a simple query): name
+            // the first one the statement uses, as PostgreSQL does.
+            let missing = plan
+                .get_parameter_types()
+                .ok()
+                .and_then(|used| {
+                    used.keys()
+                        .filter_map(|k| k.trim_start_matches('$').parse::<usize>().ok())
+                        .filter(|n| *n > params.len())
+                        .min()
+                })
+                .unwrap_or(params.len() + 1);
+            return Err(DataFusionError::External(Box::new(
+                PgError::undefined_parameter(format!("there is no parameter ${missing}"))
+                    .hint("send parameter values with the extended protocol, or PREPARE the statement and EXECUTE it with values"),
+            )));
+        }
         if params.is_empty() {
             return Ok(plan);
         }

@@ -226,14 +226,21 @@ fn one_text_row(name: &str, values: &[String]) -> Response {
     Response::Query(QueryResponse::new(f, futures::stream::iter(rows)))
 }
 
-async fn notice<C>(client: &mut C, message: String) -> PgWireResult<()>
+/// Sends a NOTICE (code 00000) or, for any other SQLSTATE, a WARNING: as
+/// PostgreSQL does for COMMIT outside a transaction (25P01).
+async fn notice<C>(client: &mut C, notice: PgError) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let mut info = error_info(PgError::notice(message));
-    info.severity = "NOTICE".to_owned();
+    let severity = if notice.code == "00000" {
+        "NOTICE"
+    } else {
+        "WARNING"
+    };
+    let mut info = error_info(notice);
+    info.severity = severity.to_owned();
     client
         .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
             info,
@@ -263,7 +270,8 @@ pub(crate) struct Run<'a> {
     stop: Stop,
     /// The transaction status pgwire reports (from before this message).
     status: TransactionStatus,
-    notices: Vec<String>,
+    /// NOTICEs (code 00000) and WARNINGs (any other code).
+    notices: Vec<PgError>,
 }
 
 impl ConnHandler {
@@ -342,6 +350,18 @@ impl ConnHandler {
             status: client.transaction_status(),
             notices: Vec::new(),
         };
+        if let Some(command) = p.writes() {
+            let s = self.session.lock();
+            let read_only = match s.txn {
+                Some(_) => s.read_only,
+                None => s.settings.default_read_only(),
+            };
+            if read_only {
+                return Err(PgError::read_only_sql_transaction(format!(
+                    "cannot execute {command} in a read-only transaction"
+                )));
+            }
+        }
         // Reads inside a transaction see its staged writes.
         if matches!(
             p,
@@ -362,7 +382,8 @@ impl ConnHandler {
             Prepared::Ddl(plan) => self.ddl(plan, &mut run).await?,
             Prepared::Write(w) => self.write(w, &mut run).await?,
             Prepared::Set(..) | Prepared::Reset(_) | Prepared::Show(_) => self.setting(p)?,
-            Prepared::Begin
+            Prepared::Begin { .. }
+            | Prepared::SetTransaction { .. }
             | Prepared::Commit
             | Prepared::Rollback
             | Prepared::Savepoint(_)

@@ -40,8 +40,19 @@ pub enum Prepared {
     Reset(String),
     /// SHOW name / SHOW ALL.
     Show(String),
-    /// BEGIN.
-    Begin,
+    /// BEGIN [READ ONLY | READ WRITE]; `None`: the session's default.
+    Begin {
+        /// The access mode it names, if any.
+        read_only: Option<bool>,
+    },
+    /// SET TRANSACTION [READ ONLY | READ WRITE], and with SESSION
+    /// CHARACTERISTICS AS, the session's default.
+    SetTransaction {
+        /// The access mode it names, if any.
+        read_only: Option<bool>,
+        /// SESSION CHARACTERISTICS: sets `default_transaction_read_only`.
+        session: bool,
+    },
     /// COMMIT.
     Commit,
     /// ROLLBACK.
@@ -167,6 +178,18 @@ impl NativeSelect {
 }
 
 impl Prepared {
+    /// The command a read-only transaction refuses (`None`: a read).
+    pub(super) fn writes(&self) -> Option<&'static str> {
+        match self {
+            Prepared::Write(w) => Some(w.verb()),
+            Prepared::CopyIn { .. } => Some("COPY FROM"),
+            Prepared::Ddl(Plan::CreateTable { .. }) => Some("CREATE TABLE"),
+            Prepared::Ddl(Plan::DropTable { .. }) => Some("DROP TABLE"),
+            Prepared::Ddl(_) => Some("ALTER TABLE"),
+            _ => None,
+        }
+    }
+
     /// The types of the statement's `$n` parameters.
     /// Parameters the plan leaves untyped (analytics only): each takes
     /// the type the client declares.
@@ -191,6 +214,18 @@ impl Prepared {
             _ => &[],
         }
     }
+}
+
+/// The last READ ONLY / READ WRITE among a transaction's modes. Isolation
+/// levels are accepted: every transaction is one entity-group transaction,
+/// serializable whatever it asks for.
+fn access_mode(modes: &[ast::TransactionMode]) -> Option<bool> {
+    modes.iter().rev().find_map(|m| match m {
+        ast::TransactionMode::AccessMode(a) => {
+            Some(matches!(a, ast::TransactionAccessMode::ReadOnly))
+        }
+        _ => None,
+    })
 }
 
 fn expr_text(e: &ast::Expr) -> String {
@@ -398,7 +433,15 @@ pub fn prepare(
             ast::CloseCursor::All => None,
             ast::CloseCursor::Specific { name } => Some(cursor_name(name)),
         }),
-        Statement::StartTransaction { .. } => Prepared::Begin,
+        Statement::StartTransaction { modes, .. } => Prepared::Begin {
+            read_only: access_mode(modes),
+        },
+        Statement::Set(ast::Set::SetTransaction { modes, session, .. }) => {
+            Prepared::SetTransaction {
+                read_only: access_mode(modes),
+                session: *session,
+            }
+        }
         Statement::Commit { .. } => Prepared::Commit,
         Statement::Rollback {
             savepoint: None, ..

@@ -51,6 +51,8 @@ pub(super) struct State {
     pub settings: Settings,
     /// The open `BEGIN` block's staged writes.
     pub txn: Option<Transaction>,
+    /// The open transaction is READ ONLY.
+    pub read_only: bool,
     /// Set by a ROLLBACK TO SAVEPOINT that succeeded: the transaction is
     /// no longer failed (pgwire's status would keep it failed).
     pub restored: bool,

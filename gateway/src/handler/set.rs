@@ -49,6 +49,14 @@ impl ConnHandler {
                     .collect();
                 Response::Query(QueryResponse::new(f, futures::stream::iter(rows)))
             }
+            Prepared::Show(name) if name.eq_ignore_ascii_case("transaction_read_only") => {
+                let s = self.session.lock();
+                let on = match s.txn {
+                    Some(_) => s.read_only,
+                    None => s.settings.default_read_only(),
+                };
+                one_text_row(name, &[if on { "on" } else { "off" }.to_owned()])
+            }
             Prepared::Show(name) => {
                 // `SHOW TIME ZONE` and the like are words, not a dotted name.
                 let v = {

@@ -42,48 +42,68 @@ impl ConnHandler {
         run: &mut Run<'_>,
     ) -> Result<Response, PgError> {
         match p {
-            Prepared::Begin => {
+            Prepared::Begin { read_only } => {
                 // The session's own record, not pgwire's status: in a
                 // multi-statement simple query that status is the one from
                 // before the query.
                 let mut s = self.session.lock();
                 if s.txn.is_some() {
-                    run.notices
-                        .push("there is already a transaction in progress".into());
+                    run.notices.push(PgError::active_sql_transaction(
+                        "there is already a transaction in progress",
+                    ));
                 } else {
                     s.txn = Some(Transaction::new());
+                    s.read_only = read_only.unwrap_or(s.settings.default_read_only());
                 }
                 Ok(Response::TransactionStart(Tag::new("BEGIN")))
+            }
+            Prepared::SetTransaction { read_only, session } => {
+                let mut s = self.session.lock();
+                if *session {
+                    if let Some(ro) = read_only {
+                        s.settings.set(
+                            "default_transaction_read_only",
+                            if *ro { "on" } else { "off" },
+                        )?;
+                    }
+                } else if s.txn.is_none() {
+                    run.notices.push(PgError::no_active_sql_transaction(
+                        "SET TRANSACTION can only be used in transaction blocks",
+                    ));
+                } else if let Some(ro) = read_only {
+                    s.read_only = *ro;
+                }
+                Ok(Response::Execution(Tag::new("SET")))
             }
             Prepared::Commit | Prepared::Rollback => {
                 let (txn, restored) = {
                     let mut s = self.session.lock();
                     // Cursors without HOLD end with their transaction.
                     s.cursors.retain(|_, c| c.hold);
+                    s.read_only = false;
                     (s.txn.take(), s.restored)
                 };
                 // A ROLLBACK TO earlier in this same Query message ended the
                 // failed state pgwire still reports.
                 let failed = run.status == TransactionStatus::Error && !restored;
-                if matches!(p, Prepared::Commit) && !failed {
-                    if let Some(t) = txn {
-                        let _writing = self.cancel.writing();
-                        // The transaction is over whatever COMMIT answers:
-                        // a failed one (40001, 53000) applied nothing, and
-                        // the session goes back to idle, as in PostgreSQL.
-                        self.planner
-                            .commit(t, &run.opts)
-                            .await
-                            .map_err(|e| PgError::from(&e))?;
-                    }
-                    Ok(Response::TransactionEnd(Tag::new("COMMIT")))
-                } else {
-                    if txn.is_none() && run.status == TransactionStatus::Idle {
-                        run.notices
-                            .push("there is no transaction in progress".into());
-                    }
-                    Ok(Response::TransactionEnd(Tag::new("ROLLBACK")))
+                if txn.is_none() && run.status == TransactionStatus::Idle {
+                    run.notices.push(PgError::no_active_sql_transaction(
+                        "there is no transaction in progress",
+                    ));
                 }
+                let commit = matches!(p, Prepared::Commit) && !failed;
+                if commit && let Some(t) = txn {
+                    let _writing = self.cancel.writing();
+                    // The transaction is over whatever COMMIT answers: a
+                    // failed one (40001, 53000) applied nothing, and the
+                    // session goes back to idle, as in PostgreSQL.
+                    self.planner
+                        .commit(t, &run.opts)
+                        .await
+                        .map_err(|e| PgError::from(&e))?;
+                }
+                let tag = if commit { "COMMIT" } else { "ROLLBACK" };
+                Ok(Response::TransactionEnd(Tag::new(tag)))
             }
             Prepared::Savepoint(name) | Prepared::Release(name) | Prepared::RollbackTo(name) => {
                 let (verb, tag) = match p {

@@ -22,7 +22,7 @@ impl ConnHandler {
             .run_ddl(plan)
             .await
             .map_err(|e| PgError::from(&e))?;
-        run.notices.extend(outcome.notice);
+        run.notices.extend(outcome.notice.map(PgError::notice));
         Ok(Response::Execution(Tag::new(outcome.tag)))
     }
 
@@ -44,7 +44,7 @@ impl ConnHandler {
         };
         self.session.lock().txn = txn;
         let out = result?;
-        run.notices.extend(out.notice);
+        run.notices.extend(out.notice.map(PgError::notice));
         let tag = match w.verb() {
             "INSERT" => "INSERT 0",
             verb => verb,

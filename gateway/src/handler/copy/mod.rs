@@ -379,10 +379,10 @@ impl pgwire::api::copy::CopyHandler for ConnHandler {
         if st.groups_done > 1 {
             notice(
                 client,
-                format!(
+                PgError::notice(format!(
                     "COPY was applied as {} entity-group transactions (one per PartitionKey, at most 100 operations each); they are not atomic together",
                     st.groups_done
-                ),
+                )),
             )
             .await?;
         }
