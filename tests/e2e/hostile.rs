@@ -312,8 +312,9 @@ async fn a_client_that_hangs_up_leaves_no_work_behind() {
         let before = cpu_seconds(&s);
         tokio::time::sleep(Duration::from_secs(1)).await;
         let busy = cpu_seconds(&s) - before;
+        // A loaded 2-core machine gives the statement half a core or less.
         assert!(
-            busy > 0.5,
+            busy > 0.3,
             "the statement was not running ({busy:.2} s CPU in 1 s)"
         );
         if round == 1 {
@@ -326,8 +327,8 @@ async fn a_client_that_hangs_up_leaves_no_work_behind() {
         let left = cpu_seconds(&s) - after;
         eprintln!("round {round}: {busy:.2} s CPU/s while running, {left:.2} s after the hang-up");
         assert!(
-            left < 0.3,
-            "{left:.2} s CPU in the second after the client hung up"
+            left < 0.3 && left < busy / 3.0,
+            "{left:.2} s CPU in the second after the client hung up ({busy:.2} while running)"
         );
     }
     still_serving(&mut s, &bystander).await;

@@ -384,8 +384,15 @@ fn import_csv_parquet_and_json_and_name_the_bad_line() {
     let parquet = dir.path().join("data.parquet");
     {
         let f = std::fs::File::create(&parquet).unwrap();
+        // Snappy, as pyarrow and DuckDB write by default: import must have
+        // Parquet's codecs.
+        use datafusion::parquet::{basic::Compression, file::properties::WriterProperties};
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .build();
         let mut w =
-            datafusion::parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None).unwrap();
+            datafusion::parquet::arrow::ArrowWriter::try_new(f, batch.schema(), Some(props))
+                .unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
     }
