@@ -350,17 +350,12 @@ impl ConnHandler {
             status: client.transaction_status(),
             notices: Vec::new(),
         };
-        if let Some(command) = p.writes() {
-            let s = self.session.lock();
-            let read_only = match s.txn {
-                Some(_) => s.read_only,
-                None => s.settings.default_read_only(),
-            };
-            if read_only {
-                return Err(PgError::read_only_sql_transaction(format!(
-                    "cannot execute {command} in a read-only transaction"
-                )));
-            }
+        if let Some(command) = p.writes()
+            && self.session.lock().read_only_now()
+        {
+            return Err(PgError::read_only_sql_transaction(format!(
+                "cannot execute {command} in a read-only transaction"
+            )));
         }
         // Reads inside a transaction see its staged writes.
         if matches!(

@@ -76,6 +76,17 @@ struct EngineSlot {
     user: Mutex<String>,
 }
 
+impl State {
+    /// Whether the current transaction (or, outside a block, the next
+    /// statement's) is READ ONLY.
+    pub fn read_only_now(&self) -> bool {
+        match self.txn {
+            Some(_) => self.read_only,
+            None => self.settings.default_read_only(),
+        }
+    }
+}
+
 impl Session {
     /// The session's state, locked (never across an `.await`).
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {

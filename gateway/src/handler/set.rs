@@ -50,11 +50,7 @@ impl ConnHandler {
                 Response::Query(QueryResponse::new(f, futures::stream::iter(rows)))
             }
             Prepared::Show(name) if name.eq_ignore_ascii_case("transaction_read_only") => {
-                let s = self.session.lock();
-                let on = match s.txn {
-                    Some(_) => s.read_only,
-                    None => s.settings.default_read_only(),
-                };
+                let on = self.session.lock().read_only_now();
                 one_text_row(name, &[if on { "on" } else { "off" }.to_owned()])
             }
             Prepared::Show(name) => {
