@@ -75,8 +75,9 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum UserAction {
     /// Create a user or change its password. The password is read from
-    /// TABLEGATE_PASSWORD or, if unset, from the first line of standard
-    /// input; only its SCRAM verifier is stored.
+    /// TABLEGATE_PASSWORD or, if unset, from the terminal without echo (or
+    /// the first line of standard input when it is not a terminal); only
+    /// its SCRAM verifier is stored.
     Set {
         /// User name.
         name: String,
@@ -87,20 +88,13 @@ enum UserAction {
 }
 
 fn main() -> ExitCode {
-    // Logs and statement spans go to stderr; TABLEGATE_LOG (or RUST_LOG)
-    // filters them, e.g. TABLEGATE_LOG=tablegate_gateway=debug shows one
-    // line per statement with its class, rows and time. By default, warnings
-    // and the progress of the one-time packing of a data directory from
-    // before chunks (it can take minutes on a large one).
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TABLEGATE_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new("warn,tablegate_store::engine::packed=info")
-        });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging();
+    // Each connection holds descriptors; the soft limit (often 1,024) is
+    // raised to the hard one, as PostgreSQL's max_files_per_process
+    // assumes. The server budgets connections against what it gets.
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::warn!("cannot raise the open-file limit: {e}");
+    }
     // Bigger thread stacks than tokio's 2 MiB default: planning recurses
     // over statement trees (their depth is bounded by the planner's
     // operator limit, this is margin).
@@ -116,9 +110,42 @@ fn main() -> ExitCode {
     code
 }
 
+/// Logs and statement spans go to stderr; TABLEGATE_LOG (or RUST_LOG)
+/// filters them, e.g. TABLEGATE_LOG=tablegate_gateway=debug shows one line
+/// per statement with its class, rows and time. By default, warnings and
+/// the progress of the one-time packing of a data directory from before
+/// chunks (it can take minutes on a large one). The engine's own log lines
+/// (fjall, lsm-tree, DataFusion, reqwest, rustls use the `log` crate) are
+/// bridged in, so a failing disk shows there with its cause.
+/// TABLEGATE_LOG_FORMAT=json writes one JSON object per line; colours only
+/// when stderr is a terminal.
+fn init_logging() {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TABLEGATE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("warn,tablegate_store::engine::packed=info")
+        });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // `init` also installs the `log` bridge (the `tracing-log` feature).
+    if std::env::var("TABLEGATE_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        builder.json().init();
+    } else {
+        builder.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
+
 async fn set_user(name: String, data: PathBuf) -> Result<(), String> {
+    use std::io::IsTerminal as _;
     let password = match std::env::var("TABLEGATE_PASSWORD") {
         Ok(p) => p,
+        // Typed at a terminal: not echoed.
+        Err(_) if std::io::stdin().is_terminal() => {
+            rpassword::prompt_password(format!("password for {name}: "))
+                .map_err(|e| e.to_string())?
+        }
         Err(_) => {
             let mut line = String::new();
             std::io::stdin()

@@ -33,7 +33,12 @@ pub async fn open(settings: &Settings) -> Result<Planner, String> {
             .await
             .map_err(err);
     }
-    let local = LocalStore::open(&settings.data, StoreOptions::default()).map_err(|e| {
+    let options = StoreOptions {
+        // A test hook (`store/src/engine/faults.rs`): never set in production.
+        fault_file: std::env::var_os("TABLEGATE_INJECT_FAULTS").map(Into::into),
+        ..StoreOptions::default()
+    };
+    let local = LocalStore::open(&settings.data, options).map_err(|e| {
         format!(
             "cannot open data directory {}: {e}",
             settings.data.display()
@@ -116,6 +121,12 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
     }
     let server = bind(planner, settings).await?;
     let addr = server.local_addr().map_err(err)?;
+    if settings.backend != "azure" {
+        // The default (`tablegate-data`) is relative to the working
+        // directory: say where the data really is.
+        let data = std::path::absolute(&settings.data).unwrap_or_else(|_| settings.data.clone());
+        println!("data directory: {}", data.display());
+    }
     println!("tablegate listening on {addr}");
     let _socket = unix_socket(&settings.unix_socket_dir, addr).await;
     println!(
@@ -237,6 +248,13 @@ fn start_metrics(addr: SocketAddr, store: Option<PartitionedStore>) -> Result<()
             ],
         )
         .map_err(err)?
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full("tablegate_backoff_seconds".into()),
+            &[
+                0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ],
+        )
+        .map_err(err)?
         // A PartitionKey that cooled down leaves the hot-partition gauges.
         .idle_timeout(
             metrics_util::MetricKindMask::GAUGE,
@@ -246,15 +264,23 @@ fn start_metrics(addr: SocketAddr, store: Option<PartitionedStore>) -> Result<()
         .map_err(|e| format!("cannot serve metrics on {addr}: {e}"))?;
     describe_metrics();
     tablegate_gateway::telemetry::bind_metrics();
+    let build_info = metrics::gauge!(
+        "tablegate_build_info",
+        "version" => env!("CARGO_PKG_VERSION"),
+        "postgres_version" => tablegate_gateway::settings::SERVER_VERSION
+    );
+    build_info.set(1.0);
     // A remote service's partition layer publishes nothing to us.
-    let Some(store) = store else {
-        return Ok(());
-    };
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
-            publish_store_metrics(&store);
+            // Re-set every second: the idle timeout drops gauges that
+            // were not touched for 30 s.
+            build_info.set(1.0);
+            if let Some(store) = &store {
+                publish_store_metrics(store);
+            }
         }
     });
     Ok(())
@@ -284,6 +310,19 @@ fn describe_metrics() {
         "tablegate_throttled_retries_total",
         "Retries after ServerBusy, by query class"
     );
+    describe_histogram!(
+        "tablegate_backoff_seconds",
+        metrics::Unit::Seconds,
+        "Time a statement waited out throttling before its retries, for statements that backed off, by query class"
+    );
+    describe_gauge!(
+        "tablegate_build_info",
+        "Always 1; the labels say which tablegate, and which PostgreSQL version it reports"
+    );
+    describe_gauge!(
+        "tablegate_connections",
+        "Client connections: open (sockets with a thread), session (authenticated), starting (authenticating)"
+    );
     describe_counter!(
         "tablegate_throttled_requests_total",
         "Store requests refused by a scalability target, by scope"
@@ -304,9 +343,29 @@ fn describe_metrics() {
         "tablegate_partition_load_entities_per_second",
         "Load of the hottest PartitionKeys (at most 20)"
     );
+    describe_gauge!(
+        "tablegate_engine_accepts_writes",
+        "1 while the storage engine takes writes; 0 once a write could not be made durable (disk full, failed fsync) until restart"
+    );
+    describe_gauge!(
+        "tablegate_engine_disk_full",
+        "1 when the storage engine stopped taking writes because its disk is full"
+    );
+    describe_counter!(
+        "tablegate_engine_errors_total",
+        "Storage engine errors, by operation (read, write)"
+    );
 }
 
 fn publish_store_metrics(store: &PartitionedStore) {
+    let health = store.local().health();
+    let failure = health.failure.as_ref();
+    metrics::gauge!("tablegate_engine_accepts_writes").set(f64::from(u8::from(failure.is_none())));
+    metrics::gauge!("tablegate_engine_disk_full")
+        .set(f64::from(u8::from(failure.is_some_and(|f| f.disk_full))));
+    metrics::counter!("tablegate_engine_errors_total", "op" => "read").absolute(health.read_errors);
+    metrics::counter!("tablegate_engine_errors_total", "op" => "write")
+        .absolute(health.write_errors);
     let t = store.throttle_counts();
     for (scope, n) in [
         ("partition", t.partition),

@@ -213,7 +213,17 @@ impl StartupHandler for ScramStartup {
             info.severity = "FATAL".to_owned();
             return Err(PgWireError::UserError(Box::new(info)));
         }
-        self.inner.on_startup(client, message).await?;
+        if let Err(e) = self.inner.on_startup(client, message).await {
+            // Failed logins are an operator's business (brute force, a
+            // stale password in a pool); the password never reaches here.
+            tracing::warn!(
+                user = client.metadata().get("user").map_or("", String::as_str),
+                peer = %client.socket_addr(),
+                reason = %e,
+                "authentication failed"
+            );
+            return Err(e);
+        }
         if matches!(client.state(), PgWireConnectionState::ReadyForQuery)
             && self.pid.lock().is_none()
         {

@@ -134,22 +134,53 @@ impl Server {
         // connection, and a few for those on their way out.
         let max_threads =
             self.config.limits.max_connections + self.config.limits.max_starting.max(1) + 8;
+        // Past the open-file budget, connections are refused before they
+        // take a descriptor the engine needs.
+        let fd_cap = connections_within_open_file_limit();
+        let max_open = fd_cap.map_or(max_threads, |(n, _)| n.min(max_threads));
+        if let Some((n, limit)) = fd_cap
+            && n < max_threads
+        {
+            tracing::warn!(
+                open_file_limit = limit,
+                connections = n,
+                "the open-file limit ({limit}) leaves room for {n} connections, fewer than \
+                 max_connections and starting connections allow; raise it (ulimit -n, \
+                 LimitNOFILE= in systemd)"
+            );
+        }
+        let too_many = if max_open < max_threads {
+            "sorry, too many clients already: the server is short of file handles (its open-file limit)"
+        } else {
+            "sorry, too many clients already"
+        };
+        let mut gauges = tokio::time::interval(Duration::from_secs(1));
+        let mut accept_errors = AcceptErrors::default();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
+                _ = gauges.tick() => {
+                    metrics::gauge!("tablegate_connections", "state" => "open")
+                        .set(open.load(Ordering::Relaxed) as f64);
+                    metrics::gauge!("tablegate_connections", "state" => "session")
+                        .set(admission.sessions() as f64);
+                    metrics::gauge!("tablegate_connections", "state" => "starting")
+                        .set(admission.starting() as f64);
+                }
                 accepted = self.listener.accept() => {
                     let (socket, _) = match accepted {
                         Ok(s) => s,
                         // Transient accept errors (e.g. too many open files)
                         // must not stop the server.
-                        Err(_) => {
+                        Err(e) => {
+                            accept_errors.note(&e);
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
                         }
                     };
                     let _ = socket.set_nodelay(true);
-                    if open.load(Ordering::SeqCst) >= max_threads {
+                    if open.load(Ordering::SeqCst) >= max_open {
                         // Refusals are bounded too: past the cap a socket
                         // is closed unread.
                         if refusing.load(Ordering::SeqCst) < MAX_REFUSING {
@@ -158,7 +189,7 @@ impl Server {
                             let registry = registry.clone();
                             tokio::spawn(async move {
                                 let _guard = guard;
-                                refuse(socket, registry, "sorry, too many clients already").await;
+                                refuse(socket, registry, too_many).await;
                             });
                         }
                         continue;
@@ -189,6 +220,58 @@ impl Server {
         // Whatever analytics still run stop at their next yield.
         analytics.shutdown();
         Ok(())
+    }
+}
+
+/// Descriptors kept out of the connections' budget: the storage engine's
+/// files (fjall keeps a bounded cache of open table files), logs, the
+/// listeners, and sockets being refused.
+const RESERVED_FDS: usize = 256 + MAX_REFUSING;
+
+/// Descriptors one connection holds: its socket, and its thread's runtime
+/// (an epoll instance and its waker).
+const FDS_PER_CONNECTION: usize = 3;
+
+/// How many connections the soft open-file limit leaves room for, and
+/// the limit; `None` if it cannot be read or is unlimited.
+fn connections_within_open_file_limit() -> Option<(usize, u64)> {
+    let (soft, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).ok()?;
+    if soft == rlimit::INFINITY {
+        return None;
+    }
+    let room = usize::try_from(soft).ok()?.saturating_sub(RESERVED_FDS);
+    Some((room / FDS_PER_CONNECTION, soft))
+}
+
+/// Failed accepts, logged at most once a minute with how many there were.
+#[derive(Default)]
+struct AcceptErrors {
+    since_log: u64,
+    logged: Option<std::time::Instant>,
+}
+
+impl AcceptErrors {
+    fn note(&mut self, e: &std::io::Error) {
+        self.since_log += 1;
+        if self
+            .logged
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
+        {
+            return;
+        }
+        let short_of_files = matches!(e.raw_os_error(), Some(23 | 24));
+        tracing::warn!(
+            error = %e,
+            failed_accepts = self.since_log,
+            "cannot accept connections{}",
+            if short_of_files {
+                ": out of file handles (raise the open-file limit, or lower max_connections)"
+            } else {
+                ""
+            }
+        );
+        self.since_log = 0;
+        self.logged = Some(std::time::Instant::now());
     }
 }
 

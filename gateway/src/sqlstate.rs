@@ -248,6 +248,18 @@ impl From<&StoreError> for PgError {
             StoreError::Timeout(_) => PgError::new("53000", m).hint("back off and retry"),
             StoreError::Corrupt(_) => PgError::new("XX001", m),
             StoreError::Engine(_) => PgError::new("58030", m),
+            StoreError::WritesStopped {
+                disk_full: true, ..
+            } => PgError::new("53100", m).hint(
+                "the data directory's disk is full: free space, then restart tablegate; \
+                 every acknowledged write is recovered at start-up, and reads work until then \
+                 (SELECT * FROM tablegate.health)",
+            ),
+            StoreError::WritesStopped { .. } => PgError::new("58030", m).hint(
+                "the disk failed a write: check the disk and the system log, then restart \
+                 tablegate; every acknowledged write is recovered at start-up, and reads work \
+                 until then (SELECT * FROM tablegate.health)",
+            ),
             StoreError::Remote { status: Some(401 | 403), .. } => PgError::new("42501", m)
                 .hint("check the account key, or the SAS token's permissions and expiry"),
             StoreError::Remote { status: None, .. } => PgError::new("58000", m)

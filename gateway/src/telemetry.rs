@@ -167,7 +167,11 @@ impl Telemetry {
             m.scanned.increment(a.scanned);
             m.returned.increment(a.returned);
             m.retries.increment(u64::from(a.retries));
-            m.backoff.increment(a.backoff.as_secs());
+            // Only statements that backed off: a histogram full of zeros
+            // would hide the ones that did.
+            if !a.backoff.is_zero() {
+                m.backoff.record(a.backoff.as_secs_f64());
+            }
         }
     }
 }
@@ -180,7 +184,7 @@ struct ClassMetrics {
     scanned: metrics::Counter,
     returned: metrics::Counter,
     retries: metrics::Counter,
-    backoff: metrics::Counter,
+    backoff: metrics::Histogram,
 }
 
 impl ClassMetrics {
@@ -193,7 +197,7 @@ impl ClassMetrics {
             scanned: metrics::counter!("tablegate_entities_scanned_total", "class" => label),
             returned: metrics::counter!("tablegate_rows_returned_total", "class" => label),
             retries: metrics::counter!("tablegate_throttled_retries_total", "class" => label),
-            backoff: metrics::counter!("tablegate_backoff_seconds_total", "class" => label),
+            backoff: metrics::histogram!("tablegate_backoff_seconds", "class" => label),
         }
     }
 }

@@ -257,6 +257,16 @@ pub enum StoreError {
     /// The durable engine failed (I/O, poisoned journal, ...).
     #[error("storage engine error: {0}")]
     Engine(String),
+    /// The durable engine could not make a write durable (its journal
+    /// could not be written or synced), so it refuses every write until
+    /// restart; reads go on.
+    #[error("the storage engine refuses writes: {cause}")]
+    WritesStopped {
+        /// What failed, as the operating system said it.
+        cause: String,
+        /// The cause is a full disk.
+        disk_full: bool,
+    },
     /// A remote table service refused a request for a reason none of the
     /// variants above describes (authentication, permissions, a malformed
     /// request), or could not be reached (`status` is `None`).

@@ -59,6 +59,7 @@ pub use backend::{Backend, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use codec::{EncodedEntities, EncodedEntity, RawProperty, ValueRef};
 pub use engine::Durability;
+pub use engine::health::{EngineFailure, HealthReport};
 pub use entity::{DateTime, ETag, EdmType, Entity, EntityWrite, IfMatch, Timestamp, Value};
 pub use error::{KeyKind, Result, StoreError};
 pub use filter::{CmpOp, Field, Filter};

@@ -24,7 +24,9 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::clock::{Clock, SystemClock};
 use crate::codec::{self, EncodedEntities};
+use crate::engine::faults::Faulty;
 use crate::engine::fjall_engine::FjallEngine;
+use crate::engine::health::{Health, HealthReport, Watched};
 use crate::engine::memory::MemoryEngine;
 use crate::engine::packed::{ChunkLimits, Packed};
 use crate::engine::{Durability, Engine, Mutation, Space};
@@ -54,6 +56,9 @@ pub struct StoreOptions {
     pub durability: Durability,
     /// Block cache size for the durable engine.
     pub cache_bytes: u64,
+    /// A control file naming engine faults to inject, for tests (see
+    /// `engine/faults.rs`); `None` in production.
+    pub fault_file: Option<std::path::PathBuf>,
 }
 
 impl Default for StoreOptions {
@@ -61,6 +66,7 @@ impl Default for StoreOptions {
         StoreOptions {
             durability: Durability::Sync,
             cache_bytes: 256 * 1024 * 1024,
+            fault_file: None,
         }
     }
 }
@@ -87,6 +93,7 @@ pub struct LocalStore {
 #[derive(Debug)]
 struct Inner {
     engine: Box<dyn Engine>,
+    health: Arc<Health>,
     clock: Arc<dyn Clock>,
     tables: RwLock<HashMap<String, Arc<TableEntry>>>,
     /// Serializes create/drop (and table-id allocation).
@@ -100,8 +107,15 @@ impl LocalStore {
     /// Opens (or creates) a durable store in `path`, recovering its journal
     /// and finishing any table drop a crash interrupted.
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
-        let engine = FjallEngine::open(path.as_ref(), options.durability, options.cache_bytes)?;
-        Self::with_engine(Box::new(engine), Arc::new(SystemClock))
+        let mut engine: Box<dyn Engine> = Box::new(FjallEngine::open(
+            path.as_ref(),
+            options.durability,
+            options.cache_bytes,
+        )?);
+        if let Some(control) = options.fault_file {
+            engine = Box::new(Faulty::new(engine, control));
+        }
+        Self::with_engine(engine, Arc::new(SystemClock))
     }
 
     /// A store in memory, gone when dropped.
@@ -116,8 +130,11 @@ impl LocalStore {
     }
 
     fn with_engine(engine: Box<dyn Engine>, clock: Arc<dyn Clock>) -> Result<Self> {
+        let health = Arc::new(Health::default());
+        let engine = Box::new(Watched::new(engine, health.clone()));
         let inner = Inner {
             engine: Box::new(Packed::open(engine, ChunkLimits::DEFAULT)?),
+            health,
             clock,
             tables: RwLock::new(HashMap::new()),
             ddl: Mutex::new(()),
@@ -129,6 +146,12 @@ impl LocalStore {
         Ok(LocalStore {
             inner: Arc::new(inner),
         })
+    }
+
+    /// The engine's health: whether it still takes writes, and its error
+    /// counts.
+    pub fn health(&self) -> HealthReport {
+        self.inner.health.report()
     }
 
     /// Bytes the store occupies on disk.

@@ -12,6 +12,7 @@ mod clients;
 mod copy;
 mod crash;
 mod driver;
+mod faults;
 mod hostile;
 mod pgref;
 mod product;

@@ -87,6 +87,7 @@ fn system_views_show_tables_ranges_servers_and_counters() {
     assert!(ok, "{err}");
     for v in [
         "balance_events",
+        "health",
         "hot_partitions",
         "insert_patterns",
         "query_counters",
@@ -130,7 +131,7 @@ fn system_views_show_tables_ranges_servers_and_counters() {
 }
 
 /// GET /metrics over a plain socket.
-fn scrape(port: u16) -> String {
+pub fn scrape(port: u16) -> String {
     let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics port");
     sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .unwrap();
@@ -141,7 +142,7 @@ fn scrape(port: u16) -> String {
 }
 
 /// Checks the Prometheus text format line by line; returns the samples.
-fn samples(body: &str) -> Vec<(String, f64)> {
+pub fn samples(body: &str) -> Vec<(String, f64)> {
     let mut v = Vec::new();
     for line in body.lines().filter(|l| !l.is_empty()) {
         if let Some(c) = line.strip_prefix('#') {
@@ -172,7 +173,7 @@ fn samples(body: &str) -> Vec<(String, f64)> {
     v
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -226,6 +227,29 @@ fn metrics_endpoint_serves_prometheus_text_that_follows_queries() {
         has("tablegate_server_load_entities_per_second{server=\"0\"}"),
         "{body}"
     );
+    assert!(has("tablegate_build_info{"), "{body}");
+    assert!(has("tablegate_connections{state=\"session\"}"), "{body}");
+    assert!(has("tablegate_engine_accepts_writes"), "{body}");
+    // Every series is explained, and listed in the README.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let helped: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# HELP "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for (series, _) in &all {
+        let name = &series[..series.find('{').unwrap_or(series.len())];
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| helped.contains(f)))
+            .unwrap_or(name);
+        assert!(
+            helped.contains(&family),
+            "{family} has no HELP text:\n{body}"
+        );
+        assert!(readme.contains(family), "README.md does not list {family}");
+    }
 }
 
 #[test]

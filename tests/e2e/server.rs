@@ -35,7 +35,7 @@ impl TestServer {
             .arg(dir.path())
             .args(runners)
             .args(extra);
-        let mut s = Self::start(cmd, extra);
+        let mut s = Self::start(cmd, extra, Stdio::null());
         s._dir = Some(dir);
         s
     }
@@ -47,17 +47,58 @@ impl TestServer {
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(dir)
             .args(extra);
-        Self::start(cmd, extra)
+        Self::start(cmd, extra, Stdio::null())
     }
 
-    fn start(mut cmd: Command, extra: &[&str]) -> TestServer {
+    /// [`serve_in`](Self::serve_in) with extra environment variables and
+    /// the server's log (stderr) written to `log`.
+    pub fn serve_logged(
+        dir: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &std::path::Path)],
+        log: &std::path::Path,
+    ) -> TestServer {
+        Self::serve_wrapped(&[], dir, extra, env, log)
+    }
+
+    /// [`serve_logged`](Self::serve_logged) run through `wrapper` (a
+    /// command and its arguments that ends by running the one after it,
+    /// such as `prlimit --nofile=… --`).
+    pub fn serve_wrapped(
+        wrapper: &[&str],
+        dir: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &std::path::Path)],
+        log: &std::path::Path,
+    ) -> TestServer {
+        let bin = env!("CARGO_BIN_EXE_tablegate");
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(dir)
+            .args(extra);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let log = std::fs::File::create(log).expect("log file");
+        Self::start(cmd, extra, log.into())
+    }
+
+    /// Starts `cmd` with its stderr going to `stderr`.
+    fn start(mut cmd: Command, extra: &[&str], stderr: Stdio) -> TestServer {
         let socket_dir = tempfile::tempdir().unwrap();
         if !extra.contains(&"--unix-socket-dir") {
             cmd.arg("--unix-socket-dir").arg(socket_dir.path());
         }
         let mut child = cmd
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start tablegate");
         let stdout = child.stdout.take().unwrap();

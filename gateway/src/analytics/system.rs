@@ -11,6 +11,7 @@
 //! | `query_counters` | query class: statements, errors, time, entities scanned and returned |
 //! | `throttle_counters` | throttling scope (partition, server, account): requests refused |
 //! | `balance_events` | split or move the balancer made |
+//! | `health` | the storage engine: whether it takes writes, why not, error counts |
 //!
 //! Each view is computed when a query scans it, so it is always current.
 //! They are views (`TableType::View`), so psql lists them with
@@ -38,8 +39,9 @@ use crate::telemetry::telemetry;
 pub const SCHEMA: &str = "tablegate";
 
 /// The views, in the order `\dv` lists them (alphabetical).
-pub const VIEWS: [&str; 8] = [
+pub const VIEWS: [&str; 9] = [
     "balance_events",
+    "health",
     "hot_partitions",
     "insert_patterns",
     "query_counters",
@@ -107,6 +109,17 @@ fn boolean(name: &str) -> Field {
     Field::new(name, DataType::Boolean, true)
 }
 
+fn timestamp(name: &str) -> Field {
+    Field::new(
+        name,
+        DataType::Timestamp(
+            datafusion::arrow::datatypes::TimeUnit::Microsecond,
+            Some("+00:00".into()),
+        ),
+        true,
+    )
+}
+
 fn view_schema(name: &str) -> SchemaRef {
     let fields = match name {
         "tables" => vec![
@@ -161,15 +174,19 @@ fn view_schema(name: &str) -> SchemaRef {
             float("backoff_ms"),
         ],
         "throttle_counters" => vec![text("scope"), int("target_per_sec"), int("throttled")],
+        "health" => vec![
+            text("component"),
+            text("state"),
+            boolean("accepts_writes"),
+            boolean("disk_full"),
+            text("cause"),
+            timestamp("since"),
+            int("write_errors"),
+            int("read_errors"),
+            text("advice"),
+        ],
         _ => vec![
-            Field::new(
-                "at",
-                DataType::Timestamp(
-                    datafusion::arrow::datatypes::TimeUnit::Microsecond,
-                    Some("+00:00".into()),
-                ),
-                true,
-            ),
+            timestamp("at"),
             text("table_name"),
             text("action"),
             text("detail"),
@@ -198,7 +215,7 @@ enum Cell {
     I(Option<i64>),
     F(Option<f64>),
     B(bool),
-    Us(i64),
+    Us(Option<i64>),
 }
 
 fn t(s: impl Into<String>) -> Cell {
@@ -231,7 +248,7 @@ impl Rows {
                 (Column::Int(v), Cell::I(x)) => v.push(x),
                 (Column::Float(v), Cell::F(x)) => v.push(x),
                 (Column::Bool(v), Cell::B(x)) => v.push(Some(x)),
-                (Column::Micros(v), Cell::Us(x)) => v.push(Some(x)),
+                (Column::Micros(v), Cell::Us(x)) => v.push(x),
                 // Rows are written below with the schema's cell kinds.
                 _ => unreachable!("cell kind differs from its column"),
             }
@@ -385,6 +402,39 @@ impl SystemView {
                     ]);
                 }
             }
+            "health" => {
+                // A remote table service reports its own failures on each
+                // request; only the embedded engine has a health to show.
+                let Some(store) = part else {
+                    return rows.batch(self.schema.clone());
+                };
+                let h = store.local().health();
+                let failure = h.failure.as_ref();
+                let advice = match failure {
+                    None => "",
+                    Some(f) if f.disk_full => {
+                        "free space on the data directory's disk, then restart tablegate: every acknowledged write is recovered"
+                    }
+                    Some(_) => {
+                        "check the disk and the system log, then restart tablegate: every acknowledged write is recovered"
+                    }
+                };
+                rows.push(vec![
+                    t("storage engine"),
+                    t(if failure.is_some() {
+                        "writes stopped"
+                    } else {
+                        "ok"
+                    }),
+                    Cell::B(failure.is_none()),
+                    Cell::B(failure.is_some_and(|f| f.disk_full)),
+                    Cell::T(failure.map(|f| f.cause.clone())),
+                    Cell::Us(failure.map(|f| f.since_micros)),
+                    i(h.write_errors),
+                    i(h.read_errors),
+                    Cell::T((!advice.is_empty()).then(|| advice.to_owned())),
+                ]);
+            }
             "throttle_counters" => {
                 let Some(store) = part else {
                     return rows.batch(self.schema.clone());
@@ -417,7 +467,7 @@ impl SystemView {
                         ),
                     };
                     rows.push(vec![
-                        Cell::Us(e.at_micros),
+                        Cell::Us(Some(e.at_micros)),
                         t(e.table),
                         t(action),
                         t(detail),

@@ -46,6 +46,20 @@ impl From<fjall::Error> for StoreError {
     }
 }
 
+/// A failed commit or sync: an I/O error is a journal write the engine
+/// could not make (fjall poisons itself after it); anything else is passed
+/// on.
+fn write_failure(what: &str, e: fjall::Error) -> StoreError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return super::health::write_failure(what, io);
+        }
+        cause = c.source();
+    }
+    e.into()
+}
+
 /// Data block size of the entities keyspace. fjall's default is 4 KiB;
 /// 16 KiB blocks cost a full scan and a 100-row range less server CPU:
 /// fewer blocks to find, load and start iterating per entity.
@@ -242,9 +256,10 @@ impl FjallEngine {
         let mut state = self.sync.lock();
         loop {
             if state.failed {
-                return Err(StoreError::Engine(
-                    "an earlier journal fsync failed: writes are refused until restart".into(),
-                ));
+                return Err(StoreError::WritesStopped {
+                    cause: "an earlier journal fsync failed".into(),
+                    disk_full: false,
+                });
             }
             if state.synced >= ticket {
                 return Ok(());
@@ -278,8 +293,11 @@ impl FjallEngine {
         let mut journal = self.journal.lock();
         match journal.sync() {
             Ok(true) => Ok(()),
-            Ok(false) => Ok(self.db.persist(PersistMode::SyncData)?),
-            Err(e) => Err(StoreError::Engine(format!("journal fsync failed: {e}"))),
+            Ok(false) => self
+                .db
+                .persist(PersistMode::SyncData)
+                .map_err(|e| write_failure("journal fsync", e)),
+            Err(e) => Err(super::health::write_failure("journal fsync", &e)),
         }
     }
 }
@@ -319,7 +337,7 @@ impl Engine for FjallEngine {
         }
         {
             let _shared = self.gate.read();
-            wb.commit()?;
+            wb.commit().map_err(|e| write_failure("journal write", e))?;
         }
         let ticket = self.written.fetch_add(1, Ordering::AcqRel) + 1;
         match self.durability {

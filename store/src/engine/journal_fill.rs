@@ -33,7 +33,7 @@
 //! zeros. Also when `/proc/self/fdinfo` or fjall's descriptor cannot be
 //! found or read (another OS, a future fjall): the fill is an optimization,
 //! never needed for correctness, so any doubt skips it. The descriptor is
-//! matched by inode against the journal file the thread holds open, so a
+//! matched by device and inode against the journal file the thread holds open, so a
 //! descriptor number reused after fjall closes its journal never matches.
 //! fjall's is found as the one writable descriptor of the journal before
 //! the thread opens its own: this needs one filler per journal, which one
@@ -156,6 +156,10 @@ struct Target {
     /// Our descriptor for it (read-write, not append); holding it open
     /// also keeps its inode number from being reused.
     file: File,
+    /// The journal's device and inode: fjall's descriptor number is
+    /// checked against both, since after a rotation the number may name
+    /// another file, and inode numbers repeat across devices.
+    dev: u64,
     ino: u64,
     len: u64,
     /// fjall's descriptor number for the same file.
@@ -245,6 +249,7 @@ impl Filler {
         Some(Target {
             id,
             file,
+            dev: meta.dev(),
             ino,
             len: meta.len(),
             fjall_fd,
@@ -260,7 +265,7 @@ fn fill(t: &mut Target, gate: &JournalGate, zeros: &mut Vec<u8>) -> Result<(), (
         return Ok(());
     }
     let peek = fd_info(t.fjall_fd).ok_or(())?;
-    if peek.ino != t.ino {
+    if peek.ino != t.ino || !names_file(t.fjall_fd, t.dev, t.ino) {
         // fjall closed this journal (it rotated); the next look follows.
         return Ok(());
     }
@@ -272,7 +277,7 @@ fn fill(t: &mut Target, gate: &JournalGate, zeros: &mut Vec<u8>) -> Result<(), (
         // No batch is being appended now: fjall's offset is where the next
         // one starts, and nothing at or past it has been written.
         let now = fd_info(t.fjall_fd).ok_or(())?;
-        if now.ino != t.ino || now.flags & O_APPEND != 0 {
+        if now.ino != t.ino || now.flags & O_APPEND != 0 || !names_file(t.fjall_fd, t.dev, t.ino) {
             return Ok(());
         }
         let start = t.zeroed_to.max(now.pos);
@@ -292,6 +297,11 @@ fn fill(t: &mut Target, gate: &JournalGate, zeros: &mut Vec<u8>) -> Result<(), (
     t.file.sync_data().map_err(|_| ())?;
     t.zeroed_to = end;
     Ok(())
+}
+
+/// Whether descriptor `fd` of this process is open on the file `(dev, ino)`.
+fn names_file(fd: u64, dev: u64, ino: u64) -> bool {
+    std::fs::metadata(format!("/proc/self/fd/{fd}")).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
 }
 
 /// The descriptor of this process that has the file `(dev, ino)` open for

@@ -3,7 +3,9 @@
 //! and [`memory`] (a BTreeMap, for tests and throwaway stores), and
 //! [`packed`], the layer over either that keeps the entities keyspace as
 //! chunks of several entities per engine pair. [`journal_fill`] keeps the
-//! durable engine's journal zero-filled ahead of its writer.
+//! durable engine's journal zero-filled ahead of its writer. Between
+//! `packed` and the engine: [`health`], which stops writes once the engine
+//! failed one, and (in tests) [`faults`], which injects such failures.
 //!
 //! The engines know bytes, three keyspaces and atomic batches; nothing about
 //! entities. Only [`packed`] knows the shape of an entity key (a partition
@@ -11,7 +13,9 @@
 //! Everything above this module is engine-agnostic, and nothing outside the
 //! store crate sees this trait or fjall.
 
+pub(crate) mod faults;
 pub(crate) mod fjall_engine;
+pub(crate) mod health;
 mod journal_fill;
 pub(crate) mod memory;
 pub(crate) mod packed;

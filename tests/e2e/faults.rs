@@ -1,0 +1,431 @@
+//! Faults, end to end, against the real server over its durable engine:
+//! a failing disk, with faults injected under the engine
+//! (`TABLEGATE_INJECT_FAULTS`) and, when the tests run as root, a real full
+//! disk (a small tmpfs); and a process short of file handles. Each checks
+//! what the client is told (SQLSTATE, message, hint), what the operator
+//! sees (the log line, `tablegate.health`, the metrics) and that every
+//! acknowledged write is there after a restart.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+use super::product::{free_port, samples, scrape};
+use super::server::TestServer;
+
+/// A server with a fault control file, its metrics and its log.
+struct Faulty {
+    server: TestServer,
+    control: PathBuf,
+    log: PathBuf,
+    metrics: u16,
+}
+
+fn start(data: &Path, work: &Path) -> Faulty {
+    let control = work.join("faults");
+    let log = work.join("server.log");
+    let metrics = free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let server = TestServer::serve_logged(
+        data,
+        &["--throttle", "off", "--metrics-listen", &addr],
+        &[("TABLEGATE_INJECT_FAULTS", &control)],
+        &log,
+    );
+    Faulty {
+        server,
+        control,
+        log,
+        metrics,
+    }
+}
+
+async fn connect(s: &TestServer) -> Client {
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    c
+}
+
+/// One statement's INSERT of 100 rows into PartitionKey `p{n}` (one EGT).
+fn insert(n: usize, value: &str) -> String {
+    let rows: Vec<String> = (0..100)
+        .map(|r| format!("('p{n}', 'r{r:03}', '{value}')"))
+        .collect();
+    format!("INSERT INTO ledger VALUES {}", rows.join(", "))
+}
+
+async fn count(c: &Client) -> i64 {
+    c.query_one("SELECT count(*) FROM ledger", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// `tablegate.health`'s one row as (column, text) pairs.
+async fn health(c: &Client) -> Vec<(String, Option<String>)> {
+    let msgs = c
+        .simple_query("SELECT * FROM tablegate.health")
+        .await
+        .unwrap();
+    let row = msgs
+        .iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .expect("one row");
+    row.columns()
+        .iter()
+        .enumerate()
+        .map(|(i, col)| (col.name().to_owned(), row.get(i).map(str::to_owned)))
+        .collect()
+}
+
+fn field<'a>(h: &'a [(String, Option<String>)], name: &str) -> Option<&'a str> {
+    h.iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| v.as_deref())
+}
+
+fn metric(port: u16, series: &str) -> f64 {
+    // The store's gauges are published once a second.
+    std::thread::sleep(Duration::from_millis(1200));
+    let body = scrape(port);
+    samples(&body)
+        .into_iter()
+        .find(|(k, _)| k == series)
+        .unwrap_or_else(|| panic!("{series} missing:\n{body}"))
+        .1
+}
+
+/// The db error of a failed statement.
+fn db_error(e: &tokio_postgres::Error) -> &tokio_postgres::error::DbError {
+    e.as_db_error()
+        .unwrap_or_else(|| panic!("not a server error: {e}"))
+}
+
+async fn writes_stop_then_a_restart_recovers(fault: &str, code: &str, cause: &str, hint: &str) {
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let f = start(data.path(), work.path());
+    let c = connect(&f.server).await;
+    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    for n in 0..5 {
+        c.batch_execute(&insert(n, "acked")).await.unwrap();
+    }
+    assert_eq!(
+        field(&health(&c).await, "state"),
+        Some("ok"),
+        "healthy before the fault"
+    );
+    assert_eq!(
+        metric(f.metrics, "tablegate_engine_accepts_writes"),
+        1.0,
+        "healthy before the fault"
+    );
+
+    std::fs::write(&f.control, format!("{fault}\n")).unwrap();
+    let e = c.batch_execute(&insert(5, "failed")).await.unwrap_err();
+    let db = db_error(&e);
+    assert_eq!(db.code().code(), code, "{db:?}");
+    assert!(db.message().contains(cause), "{db:?}");
+    assert!(
+        db.hint()
+            .is_some_and(|h| h.contains(hint) && h.contains("restart")),
+        "{db:?}"
+    );
+
+    // The disk is fine again, but the engine cannot tell which of its
+    // writes reached it: writes stay refused, with the first cause.
+    std::fs::write(&f.control, "").unwrap();
+    let e = c.batch_execute(&insert(6, "refused")).await.unwrap_err();
+    let db = db_error(&e);
+    assert_eq!(db.code().code(), code, "{db:?}");
+    assert!(
+        db.message().contains(cause) && db.message().contains("since"),
+        "{db:?}"
+    );
+    // DDL is a write too.
+    let e = c
+        .batch_execute("CREATE TABLE other (pk text PRIMARY KEY)")
+        .await
+        .unwrap_err();
+    assert_eq!(db_error(&e).code().code(), code, "{e:?}");
+
+    // Reads go on.
+    let acked = count(&c).await;
+    assert!(
+        acked == 500 || (fault.starts_with("fsync") && acked == 600),
+        "{acked}"
+    );
+    let h = health(&c).await;
+    assert_eq!(field(&h, "state"), Some("writes stopped"), "{h:?}");
+    assert_eq!(field(&h, "accepts_writes"), Some("f"), "{h:?}");
+    assert_eq!(
+        field(&h, "disk_full"),
+        Some(if code == "53100" { "t" } else { "f" }),
+        "{h:?}"
+    );
+    assert!(
+        field(&h, "cause").is_some_and(|c| c.contains(cause)),
+        "{h:?}"
+    );
+    assert!(field(&h, "since").is_some(), "{h:?}");
+    assert!(
+        field(&h, "advice").is_some_and(|a| a.contains("restart")),
+        "{h:?}"
+    );
+    assert_eq!(metric(f.metrics, "tablegate_engine_accepts_writes"), 0.0);
+    assert!(metric(f.metrics, "tablegate_engine_errors_total{op=\"write\"}") >= 3.0);
+    assert_eq!(
+        metric(f.metrics, "tablegate_engine_disk_full"),
+        if code == "53100" { 1.0 } else { 0.0 }
+    );
+    // Logged once, with its cause, however many writes were refused.
+    let log = std::fs::read_to_string(&f.log).unwrap();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("the storage engine failed a write"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].contains(cause) && lines[0].contains("ERROR"),
+        "{log}"
+    );
+    assert!(!log.contains('\u{1b}'), "no colours in a log file: {log}");
+
+    // A restart recovers every acknowledged write and takes writes again.
+    drop(c);
+    f.server.kill9();
+    let f = start(data.path(), work.path());
+    let c = connect(&f.server).await;
+    let after = count(&c).await;
+    assert!(
+        after == acked,
+        "{after} rows after the restart, {acked} before"
+    );
+    for n in 0..5 {
+        let rows: i64 = c
+            .query_one(
+                "SELECT count(*) FROM ledger WHERE pk = $1 AND v = 'acked'",
+                &[&format!("p{n}")],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(rows, 100, "statement {n} was acknowledged");
+    }
+    c.batch_execute(&insert(7, "after")).await.unwrap();
+    assert_eq!(count(&c).await, after + 100);
+    assert_eq!(field(&health(&c).await, "state"), Some("ok"));
+}
+
+#[tokio::test]
+async fn a_failed_fsync_stops_writes_with_58030_and_loses_nothing() {
+    writes_stop_then_a_restart_recovers("fsync eio", "58030", "journal fsync failed", "disk").await;
+}
+
+#[tokio::test]
+async fn a_full_disk_stops_writes_with_53100_and_loses_nothing() {
+    writes_stop_then_a_restart_recovers(
+        "write enospc",
+        "53100",
+        "No space left on device",
+        "disk is full",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_read_is_reported_and_reads_and_writes_go_on() {
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let f = start(data.path(), work.path());
+    let c = connect(&f.server).await;
+    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    c.batch_execute(&insert(0, "x")).await.unwrap();
+    std::fs::write(&f.control, "read eio\n").unwrap();
+    for sql in [
+        "SELECT v FROM ledger WHERE pk = 'p0' AND rk = 'r001'",
+        "SELECT count(*) FROM ledger WHERE pk = 'p0'",
+    ] {
+        let e = c.simple_query(sql).await.unwrap_err();
+        let db = db_error(&e);
+        assert_eq!(db.code().code(), "58030", "{sql}: {db:?}");
+        assert!(db.message().contains("read failed"), "{sql}: {db:?}");
+    }
+    std::fs::write(&f.control, "").unwrap();
+    assert_eq!(count(&c).await, 100);
+    c.batch_execute(&insert(1, "y")).await.unwrap();
+    let h = health(&c).await;
+    assert_eq!(
+        field(&h, "state"),
+        Some("ok"),
+        "a read error stops nothing: {h:?}"
+    );
+    assert!(
+        field(&h, "read_errors").is_some_and(|n| n.parse::<u64>().unwrap() >= 2),
+        "{h:?}"
+    );
+    assert!(metric(f.metrics, "tablegate_engine_errors_total{op=\"read\"}") >= 2.0);
+}
+
+/// A tmpfs of a given size, unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// `None` when this process may not mount (not root).
+    fn mount(mib: u32) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallDisk { dir })
+    }
+
+    fn resize(&self, mib: u32) {
+        let ok = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={mib}m")])
+            .arg(self.dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "remount");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_real_full_disk_answers_53100_and_a_restart_after_freeing_space_recovers() {
+    let Some(disk) = SmallDisk::mount(24) else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let data = disk.dir.path().join("data");
+    let work = tempfile::tempdir().unwrap();
+    let f = start(&data, work.path());
+    let c = connect(&f.server).await;
+    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    let value = "x".repeat(2000);
+    let mut acked = 0;
+    let err = loop {
+        match c.batch_execute(&insert(acked, &value)).await {
+            Ok(()) => acked += 1,
+            Err(e) => break e,
+        }
+        assert!(acked < 2_000, "a 24 MiB disk never filled");
+    };
+    let db = db_error(&err);
+    assert_eq!(db.code().code(), "53100", "{db:?}");
+    assert!(db.message().contains("No space left on device"), "{db:?}");
+    assert!(acked > 10, "{acked} statements before the disk filled");
+    let seen = count(&c).await;
+    assert_eq!(
+        seen,
+        acked as i64 * 100,
+        "reads go on, with every acknowledged row"
+    );
+    let h = health(&c).await;
+    assert_eq!(field(&h, "disk_full"), Some("t"), "{h:?}");
+
+    drop(c);
+    f.server.kill9();
+    disk.resize(96);
+    let f = start(&data, work.path());
+    let c = connect(&f.server).await;
+    let after = count(&c).await;
+    // Every acknowledged statement, and never part of one.
+    assert!(
+        after == seen || after == seen + 100,
+        "{after} rows, {seen} acknowledged"
+    );
+    c.batch_execute(&insert(acked + 1, "after")).await.unwrap();
+    assert_eq!(field(&health(&c).await, "state"), Some("ok"));
+    drop(c);
+    drop(f);
+}
+
+#[tokio::test]
+async fn short_of_file_handles_the_server_refuses_connections_and_says_so() {
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("server.log");
+    // Soft limit 100, hard 600: the server raises the soft limit to 600
+    // and keeps 512 descriptors out of the connections' budget, which
+    // leaves (600 - 512) / 3 = 29 connections.
+    let s = TestServer::serve_wrapped(
+        &["prlimit", "--nofile=100:600", "--"],
+        data.path(),
+        &["--throttle", "off"],
+        &[],
+        &log,
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.child.id())).unwrap();
+    let files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    assert_eq!(
+        files.split_whitespace().nth(3),
+        Some("600"),
+        "soft limit raised to the hard one: {files}"
+    );
+    // Logged as the server starts serving, just after its banner.
+    let warned = "the open-file limit (600) leaves room for 29 connections";
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut text = String::new();
+    while std::time::Instant::now() < deadline {
+        text = std::fs::read_to_string(&log).unwrap();
+        if text.contains(warned) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(text.contains(warned), "{text}");
+
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..40 {
+        match tokio_postgres::connect(&s.conn_str(), NoTls).await {
+            Ok((c, conn)) => {
+                tokio::spawn(conn);
+                held.push(c);
+            }
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    assert_eq!(held.len(), 29, "connections within the budget");
+    let e = refused.expect("the 30th connection is refused");
+    let db = db_error(&e);
+    assert_eq!(db.code().code(), "53300", "{db:?}");
+    assert!(db.message().contains("file handles"), "{db:?}");
+    // The ones admitted work, and once some leave, others get in.
+    held[0].simple_query("SELECT 1").await.unwrap();
+    held.truncate(20);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = connect(&s).await;
+    c.simple_query("SELECT 1").await.unwrap();
+}
