@@ -39,14 +39,35 @@ pub async fn open(settings: &Settings) -> Result<Planner, String> {
         ..StoreOptions::default()
     };
     let local = LocalStore::open(&settings.data, options).map_err(|e| {
+        let todo = match e {
+            tablegate_store::StoreError::Corrupt(_) => DAMAGED,
+            _ => "",
+        };
         format!(
-            "cannot open data directory {}: {e}",
+            "cannot open data directory {}: {e}{todo}",
             settings.data.display()
         )
     })?;
     let store = PartitionedStore::new(local, settings.partition_config()).map_err(err)?;
-    Planner::open(store).await.map_err(err)
+    Planner::open(store).await.map_err(|e| {
+        let todo = match &e {
+            tablegate_planner::PlanError::Catalog(
+                tablegate_planner::catalog::CatalogError::Corrupt(_),
+            ) => DAMAGED,
+            _ => "",
+        };
+        format!(
+            "cannot open the table catalog in {}: {e}{todo}",
+            settings.data.display()
+        )
+    })
 }
+
+/// What to do when the data directory is damaged.
+const DAMAGED: &str = "\ntablegate does not start on damaged data: going on would lose \
+     acknowledged writes or serve wrong rows. Restore the data directory from a backup, \
+     and keep the damaged copy to find out what happened (the disk, a copy made while \
+     the server ran, a file edited by hand).";
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

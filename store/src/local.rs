@@ -103,19 +103,59 @@ struct Inner {
     last_ts: AtomicI64,
 }
 
+/// Which files of the data directory `dir` hold the damage: its journals,
+/// or its table files (the engine's log line gives the damaged block).
+fn damaged_files(dir: &Path, journal: bool) -> String {
+    if journal {
+        let mut journals: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".jnl"))
+            .collect();
+        journals.sort();
+        match journals.as_slice() {
+            [one] => format!("in journal {}", dir.join(one).display()),
+            _ => format!(
+                "in one of the journals {} of {}",
+                journals.join(", "),
+                dir.display()
+            ),
+        }
+    } else {
+        format!(
+            "in a table file under {} (the log line before this names the block)",
+            dir.join("keyspaces").display()
+        )
+    }
+}
+
 impl LocalStore {
     /// Opens (or creates) a durable store in `path`, recovering its journal
     /// and finishing any table drop a crash interrupted.
+    ///
+    /// Damage it cannot recover from (a journal batch or a table block that
+    /// fails its check; a torn last batch is recovered) is
+    /// [`StoreError::Corrupt`] naming the files: opening never goes on past
+    /// it, since that would drop acknowledged writes or serve wrong rows.
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
-        let mut engine: Box<dyn Engine> = Box::new(FjallEngine::open(
-            path.as_ref(),
-            options.durability,
-            options.cache_bytes,
-        )?);
-        if let Some(control) = options.fault_file {
-            engine = Box::new(Faulty::new(engine, control));
-        }
-        Self::with_engine(engine, Arc::new(SystemClock))
+        let path = path.as_ref();
+        let opened =
+            FjallEngine::open(path, options.durability, options.cache_bytes).and_then(|engine| {
+                let mut engine: Box<dyn Engine> = Box::new(engine);
+                if let Some(control) = options.fault_file {
+                    engine = Box::new(Faulty::new(engine, control));
+                }
+                Self::with_engine(engine, Arc::new(SystemClock))
+            });
+        opened.map_err(|e| match e {
+            StoreError::Corrupt(why) => StoreError::Corrupt(format!(
+                "{why}; {}",
+                damaged_files(path, why.contains("journal"))
+            )),
+            e => e,
+        })
     }
 
     /// A store in memory, gone when dropped.

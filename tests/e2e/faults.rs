@@ -429,3 +429,127 @@ async fn short_of_file_handles_the_server_refuses_connections_and_says_so() {
     let c = connect(&s).await;
     c.simple_query("SELECT 1").await.unwrap();
 }
+
+/// Runs `tablegate serve` on `data` expecting it to refuse to start;
+/// returns what it printed on stderr.
+fn refuses_to_start(data: &Path) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tablegate"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--unix-socket-dir",
+            "",
+            "--data",
+        ])
+        .arg(data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "started on damaged data: {err}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a clean refusal, not a crash: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("Restore the data directory from a backup"),
+        "{err}"
+    );
+    err
+}
+
+/// A data directory with `statements` acknowledged INSERTs of 100 rows
+/// each, left as `kill -9` leaves it; returns the journal's path and the
+/// end of its data (the zero-fill writes zeros past it).
+async fn killed_with_rows(data: &Path, statements: usize) -> (PathBuf, usize) {
+    let s = TestServer::serve_in(data, &["--throttle", "off"]);
+    let c = connect(&s).await;
+    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    for n in 0..statements {
+        c.batch_execute(&insert(n, "acked")).await.unwrap();
+    }
+    drop(c);
+    s.kill9();
+    let journal = data.join("0.jnl");
+    let bytes = std::fs::read(&journal).unwrap();
+    let end = bytes.iter().rposition(|&b| b != 0).unwrap() + 1;
+    (journal, end)
+}
+
+#[tokio::test]
+async fn a_torn_journal_tail_is_recovered_up_to_the_last_whole_batch() {
+    let data = tempfile::tempdir().unwrap();
+    let (journal, end) = killed_with_rows(data.path(), 10).await;
+    // A crash in the middle of writing the last batch.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap();
+    f.set_len(end as u64 - 20).unwrap();
+    drop(f);
+    let s = TestServer::serve_in(data.path(), &["--throttle", "off"]);
+    let c = connect(&s).await;
+    for n in 0..10 {
+        let rows: i64 = c
+            .query_one(
+                "SELECT count(*) FROM ledger WHERE pk = $1",
+                &[&format!("p{n}")],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        // The torn batch is the last statement's: it is wholly gone, and
+        // every statement before it wholly there.
+        assert_eq!(rows, if n == 9 { 0 } else { 100 }, "statement {n}");
+    }
+    c.batch_execute(&insert(10, "after")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_damaged_journal_refuses_to_start_naming_the_file() {
+    let data = tempfile::tempdir().unwrap();
+    let (journal, end) = killed_with_rows(data.path(), 10).await;
+    // One flipped byte in the middle of the data: not a torn tail.
+    let mut bytes = std::fs::read(&journal).unwrap();
+    bytes[end / 2] ^= 0x55;
+    std::fs::write(&journal, bytes).unwrap();
+    let err = refuses_to_start(data.path());
+    assert!(err.contains("journal batch fails its check"), "{err}");
+    assert!(
+        err.contains(&journal.display().to_string()),
+        "names the file: {err}"
+    );
+}
+
+#[tokio::test]
+async fn a_damaged_catalog_entry_refuses_to_start_naming_the_table() {
+    let data = tempfile::tempdir().unwrap();
+    killed_with_rows(data.path(), 1).await;
+    {
+        let store = tablegate_store::LocalStore::open(
+            data.path(),
+            tablegate_store::StoreOptions::default(),
+        )
+        .unwrap();
+        let mut def = tablegate_store::EntityWrite::new("tables", "ledger");
+        def.properties.insert(
+            "definition".into(),
+            Some(tablegate_store::Value::String(
+                "{\"name\": \"ledger\", \"colu".into(),
+            )),
+        );
+        store
+            .execute_blocking(
+                "tgsys_catalog",
+                &[tablegate_store::Operation::InsertOrReplace(def)],
+            )
+            .unwrap();
+    }
+    let err = refuses_to_start(data.path());
+    assert!(err.contains("corrupt catalog entry: ledger"), "{err}");
+    assert!(err.contains("table catalog"), "{err}");
+}

@@ -42,7 +42,32 @@ use crate::error::{Result, StoreError};
 
 impl From<fjall::Error> for StoreError {
     fn from(e: fjall::Error) -> Self {
-        StoreError::Engine(e.to_string())
+        use lsm_tree::Error as Lsm;
+        match e {
+            // TolerateCorruptTail (fjall's only mode) recovers a torn last
+            // batch; anything it refuses is damage.
+            fjall::Error::JournalRecovery(r) => StoreError::Corrupt(format!(
+                "a journal batch fails its check ({r:?}): the journal is damaged, not just torn at its end"
+            )),
+            fjall::Error::Storage(Lsm::ChecksumMismatch { .. }) => {
+                StoreError::Corrupt("a block of a table file fails its checksum".into())
+            }
+            fjall::Error::Storage(
+                e @ (Lsm::Decompress(_)
+                | Lsm::InvalidTag(_)
+                | Lsm::InvalidTrailer
+                | Lsm::InvalidHeader(_)
+                | Lsm::Unrecoverable
+                | Lsm::Utf8(_)),
+            ) => StoreError::Corrupt(format!("a table file does not decode: {e}")),
+            e @ (fjall::Error::Decompress(_)
+            | fjall::Error::InvalidTrailer
+            | fjall::Error::InvalidTag(_)
+            | fjall::Error::Unrecoverable) => {
+                StoreError::Corrupt(format!("a table file does not decode: {e}"))
+            }
+            e => StoreError::Engine(e.to_string()),
+        }
     }
 }
 
