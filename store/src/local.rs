@@ -59,6 +59,9 @@ pub struct StoreOptions {
     /// A control file naming engine faults to inject, for tests (see
     /// `engine/faults.rs`); `None` in production.
     pub fault_file: Option<std::path::PathBuf>,
+    /// The durable engine's memtable size for a new data directory (an
+    /// existing one keeps its own); `None`: fjall's default, 64 MiB.
+    pub memtable_bytes: Option<u64>,
 }
 
 impl Default for StoreOptions {
@@ -67,6 +70,7 @@ impl Default for StoreOptions {
             durability: Durability::Sync,
             cache_bytes: 256 * 1024 * 1024,
             fault_file: None,
+            memtable_bytes: None,
         }
     }
 }
@@ -141,14 +145,19 @@ impl LocalStore {
     /// it, since that would drop acknowledged writes or serve wrong rows.
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self> {
         let path = path.as_ref();
-        let opened =
-            FjallEngine::open(path, options.durability, options.cache_bytes).and_then(|engine| {
-                let mut engine: Box<dyn Engine> = Box::new(engine);
-                if let Some(control) = options.fault_file {
-                    engine = Box::new(Faulty::new(engine, control));
-                }
-                Self::with_engine(engine, Arc::new(SystemClock))
-            });
+        let opened = FjallEngine::open_sized(
+            path,
+            options.durability,
+            options.cache_bytes,
+            options.memtable_bytes,
+        )
+        .and_then(|engine| {
+            let mut engine: Box<dyn Engine> = Box::new(engine);
+            if let Some(control) = options.fault_file {
+                engine = Box::new(Faulty::new(engine, control));
+            }
+            Self::with_engine(engine, Arc::new(SystemClock))
+        });
         opened.map_err(|e| match e {
             StoreError::Corrupt(why) => StoreError::Corrupt(format!(
                 "{why}; {}",

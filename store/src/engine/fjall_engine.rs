@@ -217,8 +217,22 @@ impl std::fmt::Debug for FjallEngine {
 
 impl FjallEngine {
     /// Opens or creates the database in `path`, recovering its journal.
+    #[cfg(test)]
     pub(crate) fn open(path: &Path, durability: Durability, cache_bytes: u64) -> Result<Self> {
-        Self::open_with(path, durability, cache_bytes, true)
+        Self::open_with(path, durability, cache_bytes, true, None)
+    }
+
+    /// Opens or creates the database in `path`, recovering its journal,
+    /// with `memtable_bytes` for the keyspaces it creates (fjall keeps each keyspace's size with it: an existing data
+    /// directory keeps its own). Small memtables rotate the journal and
+    /// flush table files often, which the crash tests want.
+    pub(crate) fn open_sized(
+        path: &Path,
+        durability: Durability,
+        cache_bytes: u64,
+        memtable_bytes: Option<u64>,
+    ) -> Result<Self> {
+        Self::open_with(path, durability, cache_bytes, true, memtable_bytes)
     }
 
     /// [`open`](Self::open); `zero_fill: false` leaves the journal sparse
@@ -229,14 +243,19 @@ impl FjallEngine {
         durability: Durability,
         cache_bytes: u64,
         zero_fill: bool,
+        memtable_bytes: Option<u64>,
     ) -> Result<Self> {
         let db = Database::builder(path)
             .cache_size(cache_bytes)
             .manual_journal_persist(true)
             .journal_compression(CompressionType::None)
             .open()?;
-        let ks = |name: &str| db.keyspace(name, KeyspaceCreateOptions::default);
-        let entities = db.keyspace("entities", entity_keyspace_options)?;
+        let sized = |o: KeyspaceCreateOptions| match memtable_bytes {
+            Some(n) => o.max_memtable_size(n),
+            None => o,
+        };
+        let ks = |name: &str| db.keyspace(name, || sized(KeyspaceCreateOptions::default()));
+        let entities = db.keyspace("entities", || sized(entity_keyspace_options()))?;
         let meta = ks("meta")?;
         let stats = ks("stats")?;
         let gate = Arc::new(JournalGate::new(()));
@@ -439,8 +458,8 @@ mod tests {
             (m.len(), m.blocks() * 512)
         };
         {
-            let engine =
-                FjallEngine::open_with(dir.path(), Durability::Sync, 1 << 20, false).expect("open");
+            let engine = FjallEngine::open_with(dir.path(), Durability::Sync, 1 << 20, false, None)
+                .expect("open");
             let id = newest_journal(dir.path())
                 .expect("listed")
                 .expect("a journal");
@@ -470,8 +489,8 @@ mod tests {
                 "blocks written ahead: {allocated} bytes allocated, filled to {filled}"
             );
         }
-        let engine =
-            FjallEngine::open_with(dir.path(), Durability::Sync, 1 << 20, false).expect("reopen");
+        let engine = FjallEngine::open_with(dir.path(), Durability::Sync, 1 << 20, false, None)
+            .expect("reopen");
         for i in 0..n {
             let got = engine.get(Space::Entities, format!("k{i:06}").as_bytes());
             let got = got.expect("read").map(|v| v.to_vec());

@@ -7,7 +7,10 @@
 //! SIGKILL at a random moment, reopens the store, and checks every EGT:
 //! acknowledged ones are fully present; the rest are fully present or fully
 //! absent. Several rounds reuse one directory, so recovery runs on data that
-//! earlier crashes left behind.
+//! earlier crashes left behind. The store has 256 KiB memtables, so every
+//! round crosses table-file flushes, and the rounds together write past
+//! fjall's journal rotation point (64 MB), with the journal zero-fill
+//! running (synced durability).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -19,6 +22,8 @@ const TABLE: &str = "crashtest";
 const ROUNDS: u32 = 6;
 const DIR_ENV: &str = "TABLEGATE_CRASH_DIR";
 const ROUND_ENV: &str = "TABLEGATE_CRASH_ROUND";
+/// Small enough that each round rotates the journal and flushes.
+const MEMTABLE_BYTES: u64 = 256 * 1024;
 
 /// Entities written by EGT `k` (1..=100, varied so sizes differ).
 fn egt_size(k: u64) -> usize {
@@ -27,6 +32,12 @@ fn egt_size(k: u64) -> usize {
 
 fn partition(round: u32, k: u64) -> String {
     format!("r{round}-p{k:06}")
+}
+
+/// Padding, large enough that the rounds together write past fjall's
+/// journal rotation point (64 MB of journal), varied per EGT.
+fn pad(k: u64) -> String {
+    "x".repeat(1_000 + (k as usize * 977) % 4_000)
 }
 
 /// Every 4th EGT rewrites the previous EGT's partition with a new
@@ -43,15 +54,31 @@ fn crash_child() {
         return;
     };
     let round: u32 = std::env::var(ROUND_ENV).unwrap().parse().unwrap();
-    let store = LocalStore::open(&dir, StoreOptions::default()).unwrap();
+    let store = LocalStore::open(
+        &dir,
+        StoreOptions {
+            memtable_bytes: Some(MEMTABLE_BYTES),
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
     if round == 0 {
         store.create_table_blocking(TABLE).unwrap();
     }
     let mut out = std::io::stdout().lock();
-    // The test harness has printed "test crash_child ... " without a newline.
-    writeln!(out, "\nREADY").unwrap();
-    out.flush().unwrap();
+    // Round 0 first writes past fjall's journal rotation point (64 MB of
+    // journal) before the parent's kill timer starts, so every later
+    // round recovers across a rotated journal and flushed table files.
+    let warm_up: usize = if round == 0 { 70_000_000 } else { 0 };
+    let mut written = 0;
+    let mut ready = false;
     for k in 0u64.. {
+        if !ready && written >= warm_up {
+            // The test harness has printed "test crash_child ... " without a newline.
+            writeln!(out, "\nREADY").unwrap();
+            out.flush().unwrap();
+            ready = true;
+        }
         let ops: Vec<Operation> = if is_update(k) {
             let target = k - 1;
             (0..egt_size(target))
@@ -68,12 +95,14 @@ fn crash_child() {
                         EntityWrite::new(partition(round, k), format!("{i:03}"))
                             .with("egt", Value::Int64(k as i64))
                             .with("gen", Value::Int64(k as i64))
-                            .with("pad", Value::String("x".repeat(200))),
+                            .with("pad", Value::String(pad(k))),
                     )
                 })
                 .collect()
         };
         store.execute_blocking(TABLE, &ops).unwrap();
+        // A merge rewrites its partition's chunks: about as many bytes.
+        written += egt_size(if is_update(k) { k - 1 } else { k }) * pad(k).len();
         writeln!(out, "ACK {k}").unwrap();
         out.flush().unwrap();
     }
@@ -124,7 +153,7 @@ fn crash_recovery() {
             }
             (ready, acked)
         });
-        let _ = ready_rx.recv_timeout(Duration::from_secs(60));
+        let _ = ready_rx.recv_timeout(Duration::from_secs(120));
         let delay = Duration::from_millis(20 + rng.u64(..500));
         std::thread::sleep(delay);
         child.kill().unwrap(); // SIGKILL
@@ -142,7 +171,25 @@ fn crash_recovery() {
         total_acked > 0,
         "no EGT was acknowledged in {ROUNDS} rounds"
     );
-    eprintln!("crash_recovery: {total_acked} EGTs acknowledged over {ROUNDS} kill -9 rounds");
+    // The rounds crossed rotations (journals are numbered from 0) and
+    // flushes (table files exist).
+    let journals: Vec<u64> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".jnl")?.parse().ok())
+        .collect();
+    let newest = journals.iter().max().copied().unwrap_or(0);
+    let tables = walk_files(&dir.path().join("keyspaces"))
+        .into_iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("tables")))
+        .count();
+    eprintln!("acked {total_acked} journals {journals:?} tables {tables}");
+    assert!(newest >= 1, "journal {newest} is the newest: no rotation");
+    assert!(tables > 0, "no table file was flushed");
+    eprintln!(
+        "crash_recovery: {total_acked} EGTs acknowledged over {ROUNDS} kill -9 rounds, \
+         {newest} journal rotations, {tables} table files"
+    );
 }
 
 /// Checks one round's partitions after a crash.
@@ -214,4 +261,18 @@ fn scan_partition(store: &LocalStore, pk: &str) -> Vec<Entity> {
             None => return out,
         }
     }
+}
+
+/// Every file under `dir`.
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
