@@ -1492,9 +1492,20 @@ pub fn setup_pg_catalog<P>(
 where
     P: PgCatalogContextProvider,
 {
-    let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
+    // tablegate patch: the static tables are built once per process, not
+    // once per session, and the catalog list is held weakly (see
+    // `WeakCatalogList`).
+    static STATIC_TABLES: std::sync::OnceLock<Arc<PgCatalogStaticTables>> =
+        std::sync::OnceLock::new();
+    let static_tables = match STATIC_TABLES.get() {
+        Some(t) => t.clone(),
+        None => {
+            let built = Arc::new(PgCatalogStaticTables::try_new()?);
+            STATIC_TABLES.get_or_init(|| built).clone()
+        }
+    };
     let pg_catalog = Arc::new(PgCatalogSchemaProvider::try_new(
-        session_context.state().catalog_list().clone(),
+        catalog_info::WeakCatalogList(Arc::downgrade(session_context.state().catalog_list())),
         static_tables.clone(),
         context_provider,
     )?);

@@ -97,6 +97,61 @@ impl CatalogInfo for Arc<dyn CatalogProviderList> {
     }
 }
 
+/// The session's catalog list, held weakly (tablegate patch): the
+/// pg_catalog schema is registered inside the very catalog list it
+/// describes, so holding it strongly made a reference cycle that leaked
+/// every session's catalogs (several MiB per connection).
+#[derive(Clone, Debug)]
+pub struct WeakCatalogList(pub std::sync::Weak<dyn CatalogProviderList>);
+
+impl WeakCatalogList {
+    fn list(&self) -> Result<Arc<dyn CatalogProviderList>, DataFusionError> {
+        self.0.upgrade().ok_or_else(|| {
+            DataFusionError::Internal("the session's catalog list is gone".to_string())
+        })
+    }
+}
+
+#[async_trait]
+impl CatalogInfo for WeakCatalogList {
+    async fn catalog_names(&self) -> Result<Vec<String>, DataFusionError> {
+        CatalogInfo::catalog_names(&self.list()?).await
+    }
+
+    async fn schema_names(
+        &self,
+        catalog_name: &str,
+    ) -> Result<Option<Vec<String>>, DataFusionError> {
+        CatalogInfo::schema_names(&self.list()?, catalog_name).await
+    }
+
+    async fn table_names(
+        &self,
+        catalog_name: &str,
+        schema_name: &str,
+    ) -> Result<Option<Vec<String>>, DataFusionError> {
+        CatalogInfo::table_names(&self.list()?, catalog_name, schema_name).await
+    }
+
+    async fn table_schema(
+        &self,
+        catalog_name: &str,
+        schema_name: &str,
+        table_name: &str,
+    ) -> Result<Option<SchemaRef>, DataFusionError> {
+        CatalogInfo::table_schema(&self.list()?, catalog_name, schema_name, table_name).await
+    }
+
+    async fn table_type(
+        &self,
+        catalog_name: &str,
+        schema_name: &str,
+        table_name: &str,
+    ) -> Result<Option<TableType>, DataFusionError> {
+        CatalogInfo::table_type(&self.list()?, catalog_name, schema_name, table_name).await
+    }
+}
+
 pub fn table_type_to_string(tt: &TableType) -> String {
     match tt {
         TableType::Base => "r".to_string(),
