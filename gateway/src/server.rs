@@ -228,9 +228,10 @@ impl Server {
 /// listeners, and sockets being refused.
 const RESERVED_FDS: usize = 256 + MAX_REFUSING;
 
-/// Descriptors one connection holds: its socket, and its thread's runtime
-/// (an epoll instance and its waker).
-const FDS_PER_CONNECTION: usize = 3;
+/// Descriptors one connection holds: its socket and its thread's runtime
+/// (epoll, wakers). Measured: 200 connections held 1,200 more files than
+/// an idle server.
+const FDS_PER_CONNECTION: usize = 6;
 
 /// How many connections the soft open-file limit leaves room for, and
 /// the limit; `None` if it cannot be read or is unlimited.

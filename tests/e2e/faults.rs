@@ -372,7 +372,7 @@ async fn short_of_file_handles_the_server_refuses_connections_and_says_so() {
     let log = work.path().join("server.log");
     // Soft limit 100, hard 600: the server raises the soft limit to 600
     // and keeps 512 descriptors out of the connections' budget, which
-    // leaves (600 - 512) / 3 = 29 connections.
+    // leaves (600 - 512) / 6 = 14 connections.
     let s = TestServer::serve_wrapped(
         &["prlimit", "--nofile=100:600", "--"],
         data.path(),
@@ -391,7 +391,7 @@ async fn short_of_file_handles_the_server_refuses_connections_and_says_so() {
         "soft limit raised to the hard one: {files}"
     );
     // Logged as the server starts serving, just after its banner.
-    let warned = "the open-file limit (600) leaves room for 29 connections";
+    let warned = "the open-file limit (600) leaves room for 14 connections";
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut text = String::new();
     while std::time::Instant::now() < deadline {
@@ -417,14 +417,14 @@ async fn short_of_file_handles_the_server_refuses_connections_and_says_so() {
             }
         }
     }
-    assert_eq!(held.len(), 29, "connections within the budget");
-    let e = refused.expect("the 30th connection is refused");
+    assert_eq!(held.len(), 14, "connections within the budget");
+    let e = refused.expect("the 15th connection is refused");
     let db = db_error(&e);
     assert_eq!(db.code().code(), "53300", "{db:?}");
     assert!(db.message().contains("file handles"), "{db:?}");
     // The ones admitted work, and once some leave, others get in.
     held[0].simple_query("SELECT 1").await.unwrap();
-    held.truncate(20);
+    held.truncate(10);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let c = connect(&s).await;
     c.simple_query("SELECT 1").await.unwrap();
