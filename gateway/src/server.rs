@@ -229,8 +229,7 @@ impl Server {
 const RESERVED_FDS: usize = 256 + MAX_REFUSING;
 
 /// Descriptors one connection holds: its socket and its thread's runtime
-/// (epoll, wakers). Measured: 200 connections held 1,200 more files than
-/// an idle server.
+/// (epoll, wakers), as measured under the soak (bench/results).
 const FDS_PER_CONNECTION: usize = 6;
 
 /// How many connections the soft open-file limit leaves room for, and

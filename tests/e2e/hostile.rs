@@ -766,8 +766,8 @@ fn rss_kb(s: &TestServer) -> u64 {
 #[tokio::test]
 async fn connections_that_used_the_analytics_engine_leave_no_memory_behind() {
     // Each session's analytics engine once leaked with its connection (a
-    // reference cycle through pg_catalog), about 5 MiB each: a pool that
-    // reconnects grew the server without bound.
+    // reference cycle through pg_catalog): a pool that reconnects grew the
+    // server without bound.
     let s = TestServer::demo(&["--throttle", "off"]);
     let session = |s: &TestServer| {
         let conn = s.conn_str();

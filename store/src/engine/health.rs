@@ -45,6 +45,9 @@ pub struct HealthReport {
 /// Shared between the [`Watched`] layer and whoever reports health.
 #[derive(Debug, Default)]
 pub(crate) struct Health {
+    /// Set with `failure`: every write reads this, the lock only after a
+    /// failure.
+    stopped: std::sync::atomic::AtomicBool,
     failure: Mutex<Option<EngineFailure>>,
     read_errors: AtomicU64,
     write_errors: AtomicU64,
@@ -61,6 +64,9 @@ impl Health {
 
     /// The error every write answers once the engine failed.
     fn refusal(&self) -> Option<StoreError> {
+        if !self.stopped.load(Ordering::Acquire) {
+            return None;
+        }
         let failure = self.failure.lock();
         let f = failure.as_ref()?;
         let since = chrono::DateTime::from_timestamp_micros(f.since_micros)
@@ -94,6 +100,7 @@ impl Health {
             disk_full,
             since_micros: chrono::Utc::now().timestamp_micros(),
         });
+        self.stopped.store(true, Ordering::Release);
     }
 
     fn count_read<T>(&self, r: Result<T>) -> Result<T> {
