@@ -141,10 +141,17 @@ async fn set_user(name: String, data: PathBuf) -> Result<(), String> {
     use std::io::IsTerminal as _;
     let password = match std::env::var("TABLEGATE_PASSWORD") {
         Ok(p) => p,
-        // Typed at a terminal: not echoed.
+        // Typed at a terminal: not echoed, and twice (as createuser -P
+        // asks): a typo would lock the user out.
         Err(_) if std::io::stdin().is_terminal() => {
-            rpassword::prompt_password(format!("password for {name}: "))
-                .map_err(|e| e.to_string())?
+            let first = rpassword::prompt_password(format!("password for {name}: "))
+                .map_err(|e| e.to_string())?;
+            let again =
+                rpassword::prompt_password("enter it again: ").map_err(|e| e.to_string())?;
+            if first != again {
+                return Err("the passwords do not match; nothing was changed".to_owned());
+            }
+            first
         }
         Err(_) => {
             let mut line = String::new();

@@ -345,6 +345,10 @@ fn describe_metrics() {
         "Client connections: open (sockets with a thread), session (authenticated), starting (authenticating)"
     );
     describe_counter!(
+        "tablegate_connections_refused_total",
+        "Connections refused with FATAL 53300 or not accepted, by reason: file_handles (the open-file limit), threads, max_connections (no session slot), accept_failed"
+    );
+    describe_counter!(
         "tablegate_throttled_requests_total",
         "Store requests refused by a scalability target, by scope"
     );

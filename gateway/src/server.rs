@@ -155,7 +155,8 @@ impl Server {
             "sorry, too many clients already"
         };
         let mut gauges = tokio::time::interval(Duration::from_secs(1));
-        let mut accept_errors = AcceptErrors::default();
+        let mut accept_errors = EveryMinute::default();
+        let mut refusals = EveryMinute::default();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -174,13 +175,38 @@ impl Server {
                         // Transient accept errors (e.g. too many open files)
                         // must not stop the server.
                         Err(e) => {
-                            accept_errors.note(&e);
+                            metrics::counter!("tablegate_connections_refused_total", "reason" => "accept_failed")
+                                .increment(1);
+                            let short_of_files = matches!(e.raw_os_error(), Some(23 | 24));
+                            accept_errors.note(|n| tracing::warn!(
+                                error = %e,
+                                failed_accepts = n,
+                                "cannot accept connections{}",
+                                if short_of_files {
+                                    ": out of file handles (raise the open-file limit, or lower max_connections)"
+                                } else {
+                                    ""
+                                }
+                            ));
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
                         }
                     };
                     let _ = socket.set_nodelay(true);
                     if open.load(Ordering::SeqCst) >= max_open {
+                        let reason = if max_open < max_threads { "file_handles" } else { "threads" };
+                        metrics::counter!("tablegate_connections_refused_total", "reason" => reason)
+                            .increment(1);
+                        refusals.note(|n| tracing::warn!(
+                            refused = n,
+                            open = max_open,
+                            "refusing new connections (FATAL 53300): {}",
+                            if reason == "file_handles" {
+                                "the open-file limit is reached; raise it (ulimit -n, LimitNOFILE= in systemd)"
+                            } else {
+                                "every connection thread is taken"
+                            }
+                        ));
                         // Refusals are bounded too: past the cap a socket
                         // is closed unread.
                         if refusing.load(Ordering::SeqCst) < MAX_REFUSING {
@@ -243,15 +269,16 @@ fn connections_within_open_file_limit() -> Option<(usize, u64)> {
     Some((room / FDS_PER_CONNECTION, soft))
 }
 
-/// Failed accepts, logged at most once a minute with how many there were.
+/// A warning logged at most once a minute, with how many events it
+/// stands for (failed accepts, refused connections).
 #[derive(Default)]
-struct AcceptErrors {
+struct EveryMinute {
     since_log: u64,
     logged: Option<std::time::Instant>,
 }
 
-impl AcceptErrors {
-    fn note(&mut self, e: &std::io::Error) {
+impl EveryMinute {
+    fn note(&mut self, log: impl FnOnce(u64)) {
         self.since_log += 1;
         if self
             .logged
@@ -259,17 +286,7 @@ impl AcceptErrors {
         {
             return;
         }
-        let short_of_files = matches!(e.raw_os_error(), Some(23 | 24));
-        tracing::warn!(
-            error = %e,
-            failed_accepts = self.since_log,
-            "cannot accept connections{}",
-            if short_of_files {
-                ": out of file handles (raise the open-file limit, or lower max_connections)"
-            } else {
-                ""
-            }
-        );
+        log(self.since_log);
         self.since_log = 0;
         self.logged = Some(std::time::Instant::now());
     }

@@ -197,3 +197,142 @@ fn tls_is_required_when_configured() {
         );
     });
 }
+
+/// `user set` at a terminal (a pseudo-terminal from `script`) asks twice
+/// and echoes neither; the password it stored logs in; a mismatch changes
+/// nothing.
+#[tokio::test]
+async fn user_set_at_a_terminal_does_not_echo_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let typed = |answers: [&'static str; 2]| {
+        let cmd = format!(
+            "{} user set bob --data {}",
+            env!("CARGO_BIN_EXE_tablegate"),
+            dir.path().display()
+        );
+        let mut child = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("script (util-linux) is installed");
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let reader = {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 256];
+                while let Ok(n @ 1..) = std::io::Read::read(&mut stdout, &mut buf) {
+                    seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            })
+        };
+        for (prompt, answer) in ["password for bob: ", "enter it again: "]
+            .into_iter()
+            .zip(answers)
+        {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !String::from_utf8_lossy(&seen.lock().unwrap()).contains(prompt) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no prompt {prompt:?}: {:?}",
+                    String::from_utf8_lossy(&seen.lock().unwrap())
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            // The prompt is printed just before echo is turned off.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            std::io::Write::write_all(&mut stdin, format!("{answer}\n").as_bytes()).unwrap();
+        }
+        let status = child.wait().unwrap();
+        reader.join().unwrap();
+        let out = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+        (status.success(), out)
+    };
+    let (ok, out) = typed(["hunter22", "hunter23"]);
+    assert!(!ok && out.contains("do not match"), "{out}");
+    assert!(!out.contains("hunter2"), "echoed: {out}");
+    let (ok, out) = typed(["hunter22", "hunter22"]);
+    assert!(ok && out.contains("user bob set"), "{out}");
+    assert!(!out.contains("hunter22"), "echoed: {out}");
+
+    let s = TestServer::serve_in(dir.path(), &["--auth", "scram", "--throttle", "off"]);
+    let conn = format!(
+        "host=127.0.0.1 port={} user=bob password=hunter22 dbname=tablegate",
+        s.port
+    );
+    let (c, connection) = tokio_postgres::connect(&conn, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    c.simple_query("SELECT 1").await.unwrap();
+}
+
+/// With TABLEGATE_LOG_FORMAT=json every log line is one JSON object (no
+/// colour codes in a file), and a failed login is one of them: user and
+/// peer, never the password.
+#[tokio::test]
+async fn failed_logins_are_logged_as_json_without_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
+        .args(["user", "set", "alice", "--data"])
+        .arg(dir.path())
+        .env("TABLEGATE_PASSWORD", "correct horse battery")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let log = dir.path().join("server.log");
+    let s = TestServer::serve_logged(
+        dir.path(),
+        &["--auth", "scram", "--throttle", "off"],
+        &[("TABLEGATE_LOG_FORMAT", std::path::Path::new("json"))],
+        &log,
+    );
+    let conn = |password: &str| {
+        format!(
+            "host=127.0.0.1 port={} user=alice password='{password}' dbname=tablegate",
+            s.port
+        )
+    };
+    let e = match tokio_postgres::connect(&conn("tr0ub4dor"), NoTls).await {
+        Ok(_) => panic!("logged in with a wrong password"),
+        Err(e) => e,
+    };
+    assert_eq!(e.code().map(|c| c.code()), Some("28P01"), "{e}");
+    let (c, connection) = tokio_postgres::connect(&conn("correct horse battery"), NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    c.simple_query("SELECT 1").await.unwrap();
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("authentication failed") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(!text.contains('\u{1b}'), "colour codes in a file: {text}");
+    assert!(
+        !text.contains("tr0ub4dor") && !text.contains("correct horse"),
+        "{text}"
+    );
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: not JSON: {l}")))
+        .collect();
+    let failed: Vec<_> = lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "authentication failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{text}");
+    let line = failed[0];
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["fields"]["user"], "alice", "{line}");
+    assert!(
+        line["fields"]["peer"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("127.0.0.1:")),
+        "{line}"
+    );
+}

@@ -99,6 +99,19 @@ fn metric(port: u16, series: &str) -> f64 {
         .1
 }
 
+/// The server's log once it contains `line` (waits up to 5 s).
+async fn logged(log: &Path, line: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap();
+        if text.contains(line) || std::time::Instant::now() > deadline {
+            assert!(text.contains(line), "{line:?} not logged:\n{text}");
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The db error of a failed statement.
 fn db_error(e: &tokio_postgres::Error) -> &tokio_postgres::error::DbError {
     e.as_db_error()
@@ -370,13 +383,15 @@ async fn short_of_file_handles_the_server_refuses_connections_and_says_so() {
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let log = work.path().join("server.log");
+    let metrics = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics}");
     // Soft limit 100, hard 600: the server raises the soft limit to 600
     // and keeps 512 descriptors out of the connections' budget, which
     // leaves (600 - 512) / 6 = 14 connections.
     let s = TestServer::serve_wrapped(
         &["prlimit", "--nofile=100:600", "--"],
         data.path(),
-        &["--throttle", "off"],
+        &["--throttle", "off", "--metrics-listen", &metrics_addr],
         &[],
         &log,
     );
@@ -391,17 +406,11 @@ async fn short_of_file_handles_the_server_refuses_connections_and_says_so() {
         "soft limit raised to the hard one: {files}"
     );
     // Logged as the server starts serving, just after its banner.
-    let warned = "the open-file limit (600) leaves room for 14 connections";
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let mut text = String::new();
-    while std::time::Instant::now() < deadline {
-        text = std::fs::read_to_string(&log).unwrap();
-        if text.contains(warned) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(text.contains(warned), "{text}");
+    logged(
+        &log,
+        "the open-file limit (600) leaves room for 14 connections",
+    )
+    .await;
 
     let mut held = Vec::new();
     let mut refused = None;
@@ -422,6 +431,17 @@ async fn short_of_file_handles_the_server_refuses_connections_and_says_so() {
     let db = db_error(&e);
     assert_eq!(db.code().code(), "53300", "{db:?}");
     assert!(db.message().contains("file handles"), "{db:?}");
+    // The operator sees it: one warning naming the limit, and a counter.
+    let refused_log = "refusing new connections (FATAL 53300): the open-file limit is reached";
+    let text = logged(&log, refused_log).await;
+    assert_eq!(text.matches(refused_log).count(), 1, "{text}");
+    assert_eq!(
+        metric(
+            metrics,
+            "tablegate_connections_refused_total{reason=\"file_handles\"}"
+        ),
+        1.0
+    );
     // The ones admitted work, and once some leave, others get in.
     held[0].simple_query("SELECT 1").await.unwrap();
     held.truncate(10);
@@ -552,4 +572,90 @@ async fn a_damaged_catalog_entry_refuses_to_start_naming_the_table() {
     let err = refuses_to_start(data.path());
     assert!(err.contains("corrupt catalog entry: ledger"), "{err}");
     assert!(err.contains("table catalog"), "{err}");
+}
+
+/// Every file under `dir`, with its size.
+fn files(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else {
+            out.push((p, e.metadata().unwrap().len()));
+        }
+    }
+    out
+}
+
+/// A flipped byte in a table file (the sorted runs the engine flushes its
+/// memtables to; the journal no longer covers them once flushed): the
+/// server refuses to start, naming the damage and what to do.
+#[tokio::test]
+async fn a_damaged_table_file_refuses_to_start() {
+    let data = tempfile::tempdir().unwrap();
+    // Keyspaces keep the memtable size they were created with: small ones
+    // flush to table files after 64 KiB, long before the journal rotates.
+    drop(
+        tablegate_store::LocalStore::open(
+            data.path(),
+            tablegate_store::StoreOptions {
+                memtable_bytes: Some(64 * 1024),
+                ..tablegate_store::StoreOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let s = TestServer::serve_in(data.path(), &["--throttle", "off"]);
+    let c = connect(&s).await;
+    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    let wide = "x".repeat(500);
+    for n in 0..20 {
+        c.batch_execute(&insert(n, &wide)).await.unwrap();
+    }
+    // Entity table files, once flushes and compactions have settled (a
+    // file being written when the process dies is not part of the tree).
+    let tables = || -> Vec<(PathBuf, u64)> {
+        let mut t: Vec<_> = files(data.path())
+            .into_iter()
+            .filter(|(p, n)| *n > 0 && p.components().any(|c| c.as_os_str() == "tables"))
+            .collect();
+        t.sort();
+        t
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = tables();
+    loop {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let now = tables();
+        if now == last && now.iter().map(|(_, n)| n).sum::<u64>() > 500_000 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{now:?}");
+        last = now;
+    }
+    drop(c);
+    s.kill9();
+    let (victim, len) = last.into_iter().max_by_key(|(_, n)| *n).unwrap();
+    // A third of the way in: inside a data block (the index and filter
+    // blocks are at the end).
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[(len / 3) as usize] ^= 0x55;
+    std::fs::write(&victim, bytes).unwrap();
+
+    // Opening walks every block of the entities keyspace (the packed
+    // layout's index, `store/src/engine/packed`), so the damage is found
+    // before the first client is served.
+    let err = refuses_to_start(data.path());
+    assert!(
+        err.contains("a block of a table file fails its checksum"),
+        "{err}"
+    );
+    assert!(
+        err.contains("Checksum mismatch for block"),
+        "the engine's log line: {err}"
+    );
 }

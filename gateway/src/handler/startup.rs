@@ -77,6 +77,8 @@ impl pgwire::api::auth::StartupHandler for Startup {
             StartupMode::Scram(s) => s.on_startup(&mut gate, message).await?,
         }
         if gate.refused {
+            metrics::counter!("tablegate_connections_refused_total", "reason" => "max_connections")
+                .increment(1);
             let mut info = error_info(
                 PgError::too_many_connections("sorry, too many clients already")
                     .hint("the remaining connection slots are reserved for the server's operators (reserved_connections)"),

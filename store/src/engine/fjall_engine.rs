@@ -66,6 +66,15 @@ impl From<fjall::Error> for StoreError {
             | fjall::Error::Unrecoverable) => {
                 StoreError::Corrupt(format!("a table file does not decode: {e}"))
             }
+            // Poisoned without a failure this layer saw: a background
+            // flush or compaction failed a write. Same latch as a failed
+            // commit; fjall logged the cause.
+            fjall::Error::Poisoned => StoreError::WritesStopped {
+                cause: "the storage engine stopped itself after a background write \
+                        (flush or compaction) failed; its log line names the cause"
+                    .into(),
+                disk_full: false,
+            },
             e => StoreError::Engine(e.to_string()),
         }
     }
@@ -398,6 +407,18 @@ impl Engine for FjallEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// fjall answers `Poisoned` after a background flush fails; the health
+    /// layer latches only `WritesStopped`, so the mapping is what makes
+    /// such a failure visible in `tablegate.health`.
+    #[test]
+    fn a_poisoned_engine_is_a_stopped_engine() {
+        let e = StoreError::from(fjall::Error::Poisoned);
+        assert!(
+            matches!(&e, StoreError::WritesStopped { disk_full: false, cause } if cause.contains("background write")),
+            "{e:?}"
+        );
+    }
 
     fn put(i: u32) -> Mutation {
         Mutation::Put {
