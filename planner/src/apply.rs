@@ -309,7 +309,7 @@ impl Runner<'_> {
                 InsertSource::Values(rows) => rows
                     .iter()
                     .any(|r| r.get(*i).is_some_and(|e| !matches!(e, VExpr::Default))),
-                InsertSource::Query(_) => true,
+                InsertSource::Query(_) | InsertSource::Engine { .. } => true,
             };
             if always && explicit {
                 return Err(PlanError::GeneratedAlways {
@@ -349,6 +349,10 @@ impl Runner<'_> {
                     })
                     .collect()
             }
+            // Its rows come from the gateway, through `insert_rows`.
+            InsertSource::Engine { reason, .. } => Err(PlanError::NeedsAnalytics {
+                reason: format!("INSERT ... SELECT with {reason}"),
+            }),
             InsertSource::Query(select) => {
                 // Read fully before writing: a SELECT over the same table
                 // must not see this statement's own inserts.

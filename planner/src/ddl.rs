@@ -165,6 +165,32 @@ pub fn create_table(ct: &ast::CreateTable) -> Result<(TableDef, bool)> {
     Ok((TableDef::new(&name, columns, &key)?, ct.if_not_exists))
 }
 
+/// `CREATE TABLE name [(a, b)] AS query`.
+pub fn create_table_as(ct: &ast::CreateTable) -> Result<crate::Plan> {
+    let Some(query) = &ct.query else {
+        return Err(PlanError::Unsupported {
+            feature: "CREATE TABLE AS without a query".into(),
+            hint: String::new(),
+        });
+    };
+    let typed = ct
+        .columns
+        .iter()
+        .any(|c| !matches!(c.data_type, ast::DataType::Unspecified) || !c.options.is_empty());
+    if typed || !ct.constraints.is_empty() {
+        return Err(PlanError::Syntax {
+            message: "CREATE TABLE AS takes column names only: the query gives the types".into(),
+            position: None,
+        });
+    }
+    Ok(crate::Plan::CreateTableAs {
+        name: object_name(&ct.name)?,
+        columns: ct.columns.iter().map(|c| fold(&c.name)).collect(),
+        query: query.to_string(),
+        if_not_exists: ct.if_not_exists,
+    })
+}
+
 /// `DROP TABLE [IF EXISTS] a, b`.
 pub fn drop_tables(names: &[ast::ObjectName]) -> Result<Vec<String>> {
     names.iter().map(object_name).collect()

@@ -127,6 +127,19 @@ pub enum Plan {
         /// IF NOT EXISTS.
         if_not_exists: bool,
     },
+    /// CREATE TABLE name [(columns)] AS query: the gateway runs the query,
+    /// creates the table from its result's columns (no primary key: hidden
+    /// keys), and inserts its rows.
+    CreateTableAs {
+        /// The table.
+        name: String,
+        /// Column names given in the statement (else the query's).
+        columns: Vec<String>,
+        /// The query, as SQL.
+        query: String,
+        /// IF NOT EXISTS.
+        if_not_exists: bool,
+    },
     /// DROP TABLE.
     DropTable {
         /// Tables.
@@ -309,6 +322,7 @@ impl Planner {
                     }
                 }
             }
+            Statement::CreateTable(ct) if ct.query.is_some() => ddl::create_table_as(ct)?,
             Statement::CreateTable(ct) => {
                 let (def, if_not_exists) = ddl::create_table(ct)?;
                 Plan::CreateTable { def, if_not_exists }

@@ -86,6 +86,15 @@ pub enum InsertSource {
     Values(Vec<Vec<VExpr>>),
     /// `INSERT ... SELECT` (native path).
     Query(Arc<SelectPlan>),
+    /// `INSERT ... SELECT` whose SELECT the analytics engine runs (no FROM,
+    /// `generate_series`, joins, aggregates): the gateway runs `query` and
+    /// hands its rows to [`crate::apply::insert_rows`].
+    Engine {
+        /// The SELECT, as SQL.
+        query: String,
+        /// Why the native path does not run it.
+        reason: String,
+    },
 }
 
 /// ON CONFLICT.
@@ -292,29 +301,29 @@ pub fn plan_insert(catalog: &Catalog, ins: &ast::Insert, sql: &str) -> Result<Wr
                 }
                 InsertSource::Values(rows)
             }
-            _ => {
-                let select = match plan_query(catalog, q, sql)? {
-                    Routed::Bound(s) => s,
-                    Routed::Engine(reason) => return Err(PlanError::NeedsAnalytics { reason }),
-                };
-                if let Route::Engine(reason) = &select.route {
-                    return Err(PlanError::NeedsAnalytics {
-                        reason: format!("INSERT ... SELECT with {reason}"),
-                    });
+            _ => match plan_query(catalog, q, sql)? {
+                Routed::Engine(reason) => engine_source(q, reason)?,
+                Routed::Bound(select) if matches!(select.route, Route::Engine(_)) => {
+                    let Route::Engine(reason) = select.route else {
+                        unreachable!("matched above")
+                    };
+                    engine_source(q, reason)?
                 }
-                if select.columns.len() > columns.len() {
-                    return Err(PlanError::Syntax {
-                        message: "INSERT has more expressions than target columns".into(),
-                        position: None,
-                    });
+                Routed::Bound(select) => {
+                    if select.columns.len() > columns.len() {
+                        return Err(PlanError::Syntax {
+                            message: "INSERT has more expressions than target columns".into(),
+                            position: None,
+                        });
+                    }
+                    // The SELECT's parameters come first in its own numbering;
+                    // INSERT ... SELECT with parameters in both parts shares it.
+                    for (i, t) in select.param_types.iter().enumerate() {
+                        b.note_param(i, *t);
+                    }
+                    InsertSource::Query(Arc::new(select))
                 }
-                // The SELECT's parameters come first in its own numbering;
-                // INSERT ... SELECT with parameters in both parts shares it.
-                for (i, t) in select.param_types.iter().enumerate() {
-                    b.note_param(i, *t);
-                }
-                InsertSource::Query(Arc::new(select))
-            }
+            },
         },
     };
     let conflict = match &ins.on {
@@ -586,6 +595,26 @@ fn copy_columns(
 }
 
 /// An INSERT's [`WriteKind::Insert::targets`].
+/// The source of an `INSERT ... SELECT` the analytics engine runs.
+fn engine_source(q: &ast::Query, reason: String) -> Result<InsertSource> {
+    // The engine would have to type the parameters for the write's plan.
+    let params = ast::visit_expressions(q, |e| match e {
+        Expr::Value(v) if matches!(v.value, ast::Value::Placeholder(_)) => {
+            std::ops::ControlFlow::Break(())
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    if params.is_break() {
+        return Err(PlanError::NeedsAnalytics {
+            reason: format!("INSERT ... SELECT with parameters and {reason}"),
+        });
+    }
+    Ok(InsertSource::Engine {
+        query: q.to_string(),
+        reason,
+    })
+}
+
 fn insert_targets(
     table: &TableDef,
     columns: &[ColumnRef],

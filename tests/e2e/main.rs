@@ -10,6 +10,7 @@ mod bench;
 mod binary;
 mod clients;
 mod copy;
+mod corpus;
 mod crash;
 mod driver;
 mod faults;

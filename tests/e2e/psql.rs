@@ -205,6 +205,41 @@ fn psql_describes_tables_databases_and_schemas() {
         out.contains("List of schemas") && out.contains("public"),
         "{out}"
     );
+    // The describe commands people type, verbose forms included: each
+    // answers (ON_ERROR_STOP) with its heading, as PostgreSQL's does.
+    for (command, heading) in [
+        ("\\d+ notes", "Table \"public.notes\""),
+        ("\\dt+", "List of relations"),
+        ("\\di", "Did not find any relations."),
+        ("\\dv+", "List of relations"),
+        ("\\df", "List of functions"),
+        ("\\dT", "List of data types"),
+        ("\\du", "List of roles"),
+        ("\\dp", "Access privileges"),
+        ("\\z", "Access privileges"),
+        ("\\dn+", "List of schemas"),
+        ("\\l+", "List of databases"),
+        ("\\do", "List of operators"),
+        ("\\dc", "List of conversions"),
+        ("\\dC", "List of casts"),
+        ("\\dD", "List of domains"),
+        ("\\dx", "List of installed extensions"),
+        ("\\conninfo", "You are connected to database \"tablegate\""),
+    ] {
+        let (out, err, ok) = psql(&s, &[command]);
+        assert!(ok, "{command}: {err}");
+        assert!(
+            out.contains(heading) || err.contains(heading),
+            "{command}: {out}{err}"
+        );
+    }
+    let (out, _, _) = psql(&s, &["\\d+ notes"]);
+    assert!(
+        out.contains("Access method") || out.contains("Storage"),
+        "{out}"
+    );
+    let (out, _, _) = psql(&s, &["\\dt+"]);
+    assert!(out.contains("notes") && out.contains("Size"), "{out}");
     // Expanded display of an engine query.
     let (out, err, ok) = psql(
         &s,

@@ -53,6 +53,8 @@ impl SqlDialect {
         SqlDialect {
             rules: vec![
                 Arc::new(AliasDuplicatedProjectionRewrite),
+                Arc::new(UniqueNames),
+                Arc::new(VarcharLength),
                 Arc::new(RewriteArrayAnyAllOperation),
                 Arc::new(PrependUnqualifiedPgTableName),
                 Arc::new(StripCallableQualifier),
@@ -82,10 +84,134 @@ impl SqlDialect {
             .map(|s| self.rules.iter().fold(s, |s, r| r.rewrite(s)))
             .collect();
         if statements.iter().any(reads_system_catalog) {
-            return self.catalog.parse(sql);
+            return Ok(self
+                .catalog
+                .parse(sql)?
+                .into_iter()
+                .map(|s| PsqlCatalog.rewrite(s))
+                .collect());
         }
         Ok(statements)
     }
+}
+
+/// What psql's describe queries (`\\d+`, `\\du`, `\\dp`, `\\dn+`, `\\l+`,
+/// `\\dT`) use that the catalog tables here cannot answer, answered as
+/// PostgreSQL answers for a database with no privileges granted, no
+/// options, policies or role memberships:
+/// - `ARRAY(subquery)`: NULL (a list of none of those);
+/// - privilege and option columns (`relacl`, `nspacl`, `reloptions`, …),
+///   and `array_to_string` of anything built from them: NULL;
+/// - a correlated scalar subquery whose item is not an aggregate (`\\dT`'s
+///   `(SELECT c.relkind = 'c' FROM pg_class c WHERE c.oid = t.typrelid)`):
+///   its item is wrapped in `max()`, the same value when it matches one row
+///   (catalog lookups by oid do).
+///
+/// Only statements that read `pg_catalog` or `information_schema` get it.
+#[derive(Debug)]
+struct PsqlCatalog;
+
+impl SqlStatementRewriteRule for PsqlCatalog {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = s.visit(&mut PsqlCatalog);
+        s
+    }
+}
+
+impl VisitorMut for PsqlCatalog {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, SelectItem, SetExpr};
+        let null = || Expr::value(datafusion::sql::sqlparser::ast::Value::Null);
+        let is_acl = |e: &Expr| unanswered_column(e);
+        let called = |f: &Function, want: &str| {
+            f.name
+                .0
+                .last()
+                .and_then(ObjectNamePart::as_ident)
+                .is_some_and(|i| i.value.eq_ignore_ascii_case(want))
+        };
+        match e {
+            Expr::Function(f) if called(f, "array") => {
+                if let FunctionArguments::Subquery(_) = f.args {
+                    *e = null();
+                }
+            }
+            Expr::Function(f) if called(f, "array_to_string") => {
+                if let FunctionArguments::List(FunctionArgumentList { args, .. }) = &f.args
+                    && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) = args.first()
+                    && mentions_unanswered(first)
+                {
+                    *e = null();
+                }
+            }
+            _ if is_acl(e) => *e = null(),
+            Expr::Subquery(q) => {
+                if let SetExpr::Select(sel) = &mut *q.body
+                    && sel.selection.is_some()
+                    && sel.group_by
+                        == datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(vec![], vec![])
+                    && let [SelectItem::UnnamedExpr(item)] = sel.projection.as_mut_slice()
+                    && !matches!(item, Expr::Function(_))
+                {
+                    let inner = std::mem::replace(item, null());
+                    *item = Expr::Function(Function {
+                        name: ObjectName::from(vec![Ident::new("max")]),
+                        uses_odbc_syntax: false,
+                        parameters: FunctionArguments::None,
+                        args: FunctionArguments::List(FunctionArgumentList {
+                            duplicate_treatment: None,
+                            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(inner))],
+                            clauses: vec![],
+                        }),
+                        filter: None,
+                        null_treatment: None,
+                        over: None,
+                        within_group: vec![],
+                    });
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// A column the catalog tables here do not have: privileges (`relacl`,
+/// `attacl`, …) and storage options (`reloptions`).
+fn unanswered_column(e: &Expr) -> bool {
+    let name = match e {
+        Expr::Identifier(i) => &i.value,
+        Expr::CompoundIdentifier(ids) => match ids.last() {
+            Some(i) => &i.value,
+            None => return false,
+        },
+        _ => return false,
+    };
+    let name = name.to_ascii_lowercase();
+    name.ends_with("acl") || name == "reloptions"
+}
+
+/// `e` reads an [`unanswered_column`] or is built from `ARRAY(subquery)`.
+fn mentions_unanswered(e: &Expr) -> bool {
+    use datafusion::sql::sqlparser::ast::Visit;
+    struct Finder;
+    impl datafusion::sql::sqlparser::ast::Visitor for Finder {
+        type Break = ();
+        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+            let array_subquery = matches!(e, Expr::Function(f)
+                if matches!(f.args, FunctionArguments::Subquery(_))
+                    && f.name.0.last().and_then(ObjectNamePart::as_ident)
+                        .is_some_and(|i| i.value.eq_ignore_ascii_case("array")));
+            if array_subquery || unanswered_column(e) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        }
+    }
+    e.visit(&mut Finder).is_break()
 }
 
 /// `current_catalog` and a bare `current_schema` as the function calls
@@ -183,6 +309,130 @@ impl VisitorMut for IntLiterals {
                             SelectItem::UnnamedExpr(e)
                             | SelectItem::ExprWithAlias { expr: e, .. } => cast(e),
                             _ => {}
+                        }
+                    }
+                }
+                SetExpr::SetOperation { left, right, .. } => {
+                    visit(left);
+                    visit(right);
+                }
+                _ => {}
+            }
+        }
+        visit(&mut q.body);
+        ControlFlow::Continue(())
+    }
+}
+
+/// `CAST(x AS varchar(n))` keeps the first `n` characters, as PostgreSQL's
+/// explicit cast does (DataFusion ignores the length).
+#[derive(Debug)]
+struct VarcharLength;
+
+impl SqlStatementRewriteRule for VarcharLength {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = s.visit(&mut VarcharLength);
+        s
+    }
+}
+
+impl VisitorMut for VarcharLength {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{
+            CharacterLength, DataType, FunctionArg, FunctionArgExpr, Value,
+        };
+        let Expr::Cast {
+            data_type:
+                data_type @ (DataType::Varchar(Some(CharacterLength::IntegerLength { .. }))
+                | DataType::CharacterVarying(Some(CharacterLength::IntegerLength { .. }))),
+            ..
+        } = e
+        else {
+            return ControlFlow::Continue(());
+        };
+        let (DataType::Varchar(Some(CharacterLength::IntegerLength { length, .. }))
+        | DataType::CharacterVarying(Some(CharacterLength::IntegerLength { length, .. }))) =
+            data_type.clone()
+        else {
+            return ControlFlow::Continue(());
+        };
+        *data_type = DataType::Varchar(None);
+        let cast = std::mem::replace(e, Expr::value(Value::Null));
+        let arg = |x: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(x));
+        *e = Expr::Function(Function {
+            name: ObjectName::from(vec![Ident::new("left")]),
+            uses_odbc_syntax: false,
+            parameters: FunctionArguments::None,
+            args: FunctionArguments::List(FunctionArgumentList {
+                duplicate_treatment: None,
+                args: vec![
+                    arg(cast),
+                    arg(Expr::value(Value::Number(length.to_string(), false))),
+                ],
+                clauses: vec![],
+            }),
+            filter: None,
+            null_treatment: None,
+            over: None,
+            within_group: vec![],
+        });
+        ControlFlow::Continue(())
+    }
+}
+
+/// Select items DataFusion would name alike get aliases of their own:
+/// PostgreSQL allows `SELECT a + 1, a + 1` and two scalar subqueries in one
+/// select list (DataFusion names every subquery `(<subquery>)`), DataFusion
+/// refuses a projection with two columns of one name. The result's names
+/// are PostgreSQL's again afterwards (`pg_column_names`).
+#[derive(Debug)]
+struct UniqueNames;
+
+impl SqlStatementRewriteRule for UniqueNames {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = s.visit(&mut UniqueNames);
+        s
+    }
+}
+
+impl VisitorMut for UniqueNames {
+    type Break = ();
+
+    fn pre_visit_query(
+        &mut self,
+        q: &mut datafusion::sql::sqlparser::ast::Query,
+    ) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr};
+        fn visit(body: &mut SetExpr) {
+            match body {
+                SetExpr::Select(sel) => {
+                    let mut seen = std::collections::HashSet::new();
+                    for (i, item) in sel.projection.iter_mut().enumerate() {
+                        let key = match item {
+                            SelectItem::UnnamedExpr(Expr::Subquery(_)) => "(<subquery>)".to_owned(),
+                            SelectItem::UnnamedExpr(Expr::Identifier(id)) => {
+                                id.value.to_lowercase()
+                            }
+                            // Identifiers of two tables (`a.id, b.id`) are
+                            // told apart by their qualifiers already.
+                            SelectItem::UnnamedExpr(Expr::CompoundIdentifier(_)) => continue,
+                            SelectItem::UnnamedExpr(other) => other.to_string(),
+                            _ => continue,
+                        };
+                        if seen.insert(key) {
+                            continue;
+                        }
+                        let placeholder = SelectItem::UnnamedExpr(Expr::value(
+                            datafusion::sql::sqlparser::ast::Value::Null,
+                        ));
+                        if let SelectItem::UnnamedExpr(expr) = std::mem::replace(item, placeholder)
+                        {
+                            *item = SelectItem::ExprWithAlias {
+                                expr,
+                                alias: Ident::new(format!("__tg_column_{}", i + 1)),
+                            };
                         }
                     }
                 }
@@ -436,6 +686,43 @@ mod tests {
             one("SELECT current_user, session_user, current_schema, current_catalog"),
             "SELECT current_user, session_user, current_schema(), current_database()"
         );
+    }
+
+    #[test]
+    fn a_cast_to_varchar_n_keeps_n_characters() {
+        assert_eq!(
+            one("SELECT CAST(s AS VARCHAR(2)), 'abc'::character varying(1), s::varchar FROM t"),
+            "SELECT left(CAST(s AS VARCHAR), 2), left('abc'::VARCHAR, 1), s::VARCHAR FROM t"
+        );
+    }
+
+    #[test]
+    fn select_items_named_alike_get_aliases_of_their_own() {
+        assert_eq!(
+            one("SELECT a + 1, a + 1, (SELECT 1 FROM t), (SELECT 2 FROM u), b, b FROM t"),
+            "SELECT a + 1, a + 1 AS __tg_column_2, (SELECT CAST(1 AS INTEGER) FROM t), \
+             (SELECT CAST(2 AS INTEGER) FROM u) AS __tg_column_4, b, b AS __tg_column_6 FROM t"
+        );
+        // Columns of two tables keep their qualifiers and names.
+        let sql = "SELECT x.id, y.id FROM x JOIN y ON x.k = y.k";
+        assert_eq!(one(sql), sql);
+    }
+
+    #[test]
+    fn psql_describe_queries_read_no_grants_options_or_memberships() {
+        let sql = "SELECT pg_catalog.array_to_string(c.relacl, E'\\n') AS p, \
+                   pg_catalog.array_to_string(ARRAY(SELECT x FROM pg_catalog.pg_policy pol WHERE pol.polrelid = c.oid), E'\\n') AS q \
+                   FROM pg_catalog.pg_class c \
+                   WHERE (SELECT c2.relkind = 'c' FROM pg_catalog.pg_class c2 WHERE c2.oid = c.oid)";
+        let out = one(sql);
+        assert!(
+            out.contains("NULL AS p") && out.contains("NULL AS q"),
+            "{out}"
+        );
+        assert!(out.contains("max(c2.relkind = 'c')"), "{out}");
+        // A user's own query keeps its subqueries and arrays as written.
+        let sql = "SELECT array_to_string(ARRAY(SELECT v FROM t), ',') AS s FROM u";
+        assert!(one(sql).contains("ARRAY(SELECT v FROM t)"), "{}", one(sql));
     }
 
     #[test]

@@ -64,11 +64,43 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Settings>>)
     ));
     ctx.register_udf(ScalarUDF::from(CurrentSetting::new(session)));
     // Every type and function is in pg_catalog, always on the search path.
-    for name in ["pg_type_is_visible", "pg_function_is_visible"] {
+    for name in [
+        "pg_type_is_visible",
+        "pg_function_is_visible",
+        "pg_operator_is_visible",
+        "pg_conversion_is_visible",
+        "pg_collation_is_visible",
+        "pg_opclass_is_visible",
+        "pg_opfamily_is_visible",
+        "pg_statistics_obj_is_visible",
+        "pg_ts_config_is_visible",
+        "pg_ts_dict_is_visible",
+        "pg_ts_parser_is_visible",
+        "pg_ts_template_is_visible",
+    ] {
         ctx.register_udf(ScalarUDF::from(Constant::new(
             name,
             &[1],
             ScalarValue::Boolean(Some(true)),
+        )));
+    }
+    // Sizes by oid: the catalog's oids are not the store's table ids, so
+    // NULL (unknown), which psql shows as blank; `tablegate.tables` counts
+    // each table's entities.
+    for name in ["pg_table_size", "pg_indexes_size", "pg_database_size"] {
+        ctx.register_udf(ScalarUDF::from(Constant::new(
+            name,
+            &[1],
+            ScalarValue::Int64(None),
+        )));
+    }
+    // tablegate has no functions of its own in the catalog (\df lists
+    // none); these only need to exist for psql's query.
+    for name in ["pg_get_function_result", "pg_get_function_arguments"] {
+        ctx.register_udf(ScalarUDF::from(Constant::new(
+            name,
+            &[1],
+            ScalarValue::Utf8(None),
         )));
     }
     // tablegate keeps no comments: NULL, as PostgreSQL answers for an

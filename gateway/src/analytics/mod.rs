@@ -607,7 +607,11 @@ fn pg_column_names(sql: &str) -> Option<Vec<Option<String>>> {
             Expr::Cast {
                 expr, data_type, ..
             } => match &**expr {
-                Expr::Value(_) => data_type.to_string().to_lowercase(),
+                // `varchar(2)` names its column `varchar`.
+                Expr::Value(_) => {
+                    let t = data_type.to_string().to_lowercase();
+                    t.split('(').next().unwrap_or_default().trim().to_owned()
+                }
                 other => name(other),
             },
             Expr::TypedString(ts) => ts.data_type.to_string().to_lowercase(),
@@ -617,7 +621,17 @@ fn pg_column_names(sql: &str) -> Option<Vec<Option<String>>> {
             Expr::Substring { .. } => "substring".into(),
             Expr::Trim { .. } => "btrim".into(),
             Expr::Exists { .. } => "exists".into(),
-            Expr::Subquery(_) => "?column?".into(),
+            // A scalar subquery is named after its one item.
+            Expr::Subquery(q) => match &*q.body {
+                SetExpr::Select(sel) => match sel.projection.as_slice() {
+                    [SelectItem::UnnamedExpr(e)] => name(e),
+                    [SelectItem::ExprWithAlias { alias, .. }] => {
+                        tablegate_planner::expr::fold(alias)
+                    }
+                    _ => "?column?".into(),
+                },
+                _ => "?column?".into(),
+            },
             _ => "?column?".into(),
         }
     }

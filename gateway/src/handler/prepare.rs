@@ -537,9 +537,10 @@ pub fn prepare(
             },
             Plan::Explain(e) => Prepared::Explain(e),
             Plan::Write(w) => Prepared::Write(w),
-            p @ (Plan::CreateTable { .. } | Plan::DropTable { .. } | Plan::AddColumn { .. }) => {
-                Prepared::Ddl(p)
-            }
+            p @ (Plan::CreateTable { .. }
+            | Plan::CreateTableAs { .. }
+            | Plan::DropTable { .. }
+            | Plan::AddColumn { .. }) => Prepared::Ddl(p),
             Plan::Other(s) => {
                 let verb = s
                     .to_string()
