@@ -76,6 +76,15 @@ const QUERIES: &[&str] = &[
     "SELECT t.race, t.n FROM (SELECT r.race, (SELECT count(*) FROM runners u WHERE u.race = r.race) AS n FROM races r) t WHERE t.n = 0",
     "SELECT (SELECT max(age) FROM runners) AS oldest, (SELECT count(*) FROM races) AS races",
     "SELECT race, (SELECT title FROM races WHERE race = 'oslo') FROM runners WHERE age = 17",
+    // correlated by other comparisons than equality (decorrelated by a
+    // join on the outer columns they read): counts of none are 0, NULL
+    // outer values match nothing, two subqueries and two outer columns
+    "SELECT u.runner, (SELECT count(*) FROM runners v WHERE v.age > u.age AND v.race = 'nyc') AS older FROM runners u WHERE u.race = 'boston' ORDER BY 1",
+    "SELECT u.runner, (SELECT max(v.score) FROM runners v WHERE v.age < u.age AND v.city <> u.city), (SELECT min(v.age) FROM runners v WHERE v.score > u.score) FROM runners u WHERE u.race = 'oslo' ORDER BY 1",
+    "SELECT r.race, (SELECT count(*) FROM runners u WHERE u.race <> r.race AND u.age > 78) FROM races r ORDER BY 1",
+    "SELECT r.race FROM races r WHERE (SELECT count(*) FROM runners u WHERE u.race > r.race) > 100 ORDER BY 1",
+    "SELECT u.city, (SELECT count(*) FROM runners v WHERE v.city < u.city) FROM runners u WHERE u.race = 'nyc' AND u.age < 30 ORDER BY 1 NULLS FIRST, 2",
+    "SELECT count(*) FROM runners u WHERE (SELECT avg(v.score) FROM runners v WHERE v.age BETWEEN u.age - 1 AND u.age + 1) > u.score",
     // correlated subqueries in WHERE and HAVING
     "SELECT race, runner FROM runners u WHERE age = (SELECT max(v.age) FROM runners v WHERE v.race = u.race)",
     "SELECT r.race FROM races r WHERE (SELECT count(*) FROM runners u WHERE u.race = r.race) = 0",

@@ -54,6 +54,7 @@ impl SqlDialect {
             rules: vec![
                 Arc::new(AliasDuplicatedProjectionRewrite),
                 Arc::new(UniqueNames),
+                Arc::new(super::decorrelate::Decorrelate),
                 Arc::new(VarcharLength),
                 Arc::new(RewriteArrayAnyAllOperation),
                 Arc::new(PrependUnqualifiedPgTableName),

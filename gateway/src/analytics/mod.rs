@@ -24,7 +24,8 @@
 //! disk, what cannot spill (a hash join's build side) fails with 53200, and
 //! the server is never OOM-killed.
 
-pub mod dialect;
+mod decorrelate;
+mod dialect;
 pub mod functions;
 pub mod info_schema;
 pub mod literals;
