@@ -70,7 +70,8 @@ pub enum StoreError {
         limit: usize,
     },
     /// A key contains `/`, `\`, `#`, `?` or a control character.
-    #[error("{kind} contains the forbidden character {ch:?} at character {position}")]
+    /// Shown counting from 1, as PostgreSQL counts positions.
+    #[error("{kind} contains the forbidden character {ch:?} at character {}", .position + 1)]
     ForbiddenKeyCharacter {
         /// Which key.
         kind: KeyKind,

@@ -357,6 +357,11 @@ fn each_forbidden_key_character_rejected() {
             } if *ch == c
         );
         assert!(limits::is_forbidden_key_char(c), "{c:?}");
+        // Told counting from 1, as PostgreSQL counts positions.
+        let message = limits::check_key(KeyKind::RowKey, &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(message.ends_with("at character 3"), "{message}");
     }
     assert!(scan_all(&s).is_empty());
 }
