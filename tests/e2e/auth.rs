@@ -11,18 +11,8 @@ use super::server::TestServer;
 #[tokio::test]
 async fn scram_accepts_the_right_password_only() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
-        .args(["user", "set", "alice", "--data"])
-        .arg(dir.path())
-        .env("TABLEGATE_PASSWORD", "correct horse battery")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("verifier stored"));
+    let stdout = set_alice(dir.path());
+    assert!(stdout.contains("verifier stored"));
     // Only the verifier is at rest: the password's bytes are in no file.
     for entry in walk(dir.path()) {
         let bytes = std::fs::read(&entry).unwrap();
@@ -78,6 +68,23 @@ async fn scram_accepts_the_right_password_only() {
         "{stderr}"
     );
     drop(data);
+}
+
+/// `tablegate user set alice` with password `correct horse battery`
+/// (from TABLEGATE_PASSWORD); its stdout.
+fn set_alice(data: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
+        .args(["user", "set", "alice", "--data"])
+        .arg(data)
+        .env("TABLEGATE_PASSWORD", "correct horse battery")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -273,13 +280,7 @@ async fn user_set_at_a_terminal_does_not_echo_the_password() {
 #[tokio::test]
 async fn failed_logins_are_logged_as_json_without_the_password() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
-        .args(["user", "set", "alice", "--data"])
-        .arg(dir.path())
-        .env("TABLEGATE_PASSWORD", "correct horse battery")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    set_alice(dir.path());
     let log = dir.path().join("server.log");
     let s = TestServer::serve_logged(
         dir.path(),

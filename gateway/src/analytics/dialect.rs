@@ -29,6 +29,18 @@ use datafusion_pg_catalog::sql::rules::{
     RewriteRegCastToSubquery, SqlStatementRewriteRule, StripCallableQualifier, StripCollate,
 };
 
+/// A rewrite rule that is a [`VisitorMut`] run over the whole statement.
+macro_rules! visitor_rule {
+    ($rule:ident) => {
+        impl SqlStatementRewriteRule for $rule {
+            fn rewrite(&self, mut s: Statement) -> Statement {
+                let _ = s.visit(&mut $rule);
+                s
+            }
+        }
+    };
+}
+
 /// The analytics engine's SQL parser.
 #[derive(Debug)]
 pub struct SqlDialect {
@@ -112,12 +124,7 @@ impl SqlDialect {
 #[derive(Debug)]
 struct PsqlCatalog;
 
-impl SqlStatementRewriteRule for PsqlCatalog {
-    fn rewrite(&self, mut s: Statement) -> Statement {
-        let _ = s.visit(&mut PsqlCatalog);
-        s
-    }
-}
+visitor_rule!(PsqlCatalog);
 
 impl VisitorMut for PsqlCatalog {
     type Break = ();
@@ -157,20 +164,7 @@ impl VisitorMut for PsqlCatalog {
                     && !matches!(item, Expr::Function(_))
                 {
                     let inner = std::mem::replace(item, null());
-                    *item = Expr::Function(Function {
-                        name: ObjectName::from(vec![Ident::new("max")]),
-                        uses_odbc_syntax: false,
-                        parameters: FunctionArguments::None,
-                        args: FunctionArguments::List(FunctionArgumentList {
-                            duplicate_treatment: None,
-                            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(inner))],
-                            clauses: vec![],
-                        }),
-                        filter: None,
-                        null_treatment: None,
-                        over: None,
-                        within_group: vec![],
-                    });
+                    *item = call("max", vec![inner]);
                 }
             }
             _ => {}
@@ -221,12 +215,7 @@ fn mentions_unanswered(e: &Expr) -> bool {
 #[derive(Debug)]
 struct SpecialNames;
 
-impl SqlStatementRewriteRule for SpecialNames {
-    fn rewrite(&self, mut s: Statement) -> Statement {
-        let _ = s.visit(&mut SpecialNames);
-        s
-    }
-}
+visitor_rule!(SpecialNames);
 
 impl VisitorMut for SpecialNames {
     type Break = ();
@@ -251,8 +240,6 @@ impl VisitorMut for SpecialNames {
     }
 }
 
-/// Row values compared element by element, as PostgreSQL defines them:
-/// `(a, b) IN ((x, y), …)` is `(a = x AND b = y) OR …`, and
 /// An integer literal in a select list has PostgreSQL's type: `integer`
 /// when it fits, as `SELECT 1` does (DataFusion types every integer
 /// literal bigint, and node-postgres hands a bigint back as a string).
@@ -261,12 +248,7 @@ impl VisitorMut for SpecialNames {
 #[derive(Debug)]
 struct IntLiterals;
 
-impl SqlStatementRewriteRule for IntLiterals {
-    fn rewrite(&self, mut s: Statement) -> Statement {
-        let _ = s.visit(&mut IntLiterals);
-        s
-    }
-}
+visitor_rule!(IntLiterals);
 
 impl VisitorMut for IntLiterals {
     type Break = ();
@@ -275,7 +257,7 @@ impl VisitorMut for IntLiterals {
         &mut self,
         q: &mut datafusion::sql::sqlparser::ast::Query,
     ) -> ControlFlow<()> {
-        use datafusion::sql::sqlparser::ast::{DataType, SelectItem, SetExpr, Value};
+        use datafusion::sql::sqlparser::ast::{DataType, SelectItem, Value};
         fn int4(e: &Expr) -> bool {
             match e {
                 Expr::Value(v) => {
@@ -302,25 +284,16 @@ impl VisitorMut for IntLiterals {
                 };
             }
         }
-        fn visit(body: &mut SetExpr) {
-            match body {
-                SetExpr::Select(sel) => {
-                    for item in &mut sel.projection {
-                        match item {
-                            SelectItem::UnnamedExpr(e)
-                            | SelectItem::ExprWithAlias { expr: e, .. } => cast(e),
-                            _ => {}
-                        }
+        for_each_select(&mut q.body, &mut |sel| {
+            for item in &mut sel.projection {
+                match item {
+                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                        cast(e)
                     }
+                    _ => {}
                 }
-                SetExpr::SetOperation { left, right, .. } => {
-                    visit(left);
-                    visit(right);
-                }
-                _ => {}
             }
-        }
-        visit(&mut q.body);
+        });
         ControlFlow::Continue(())
     }
 }
@@ -330,20 +303,13 @@ impl VisitorMut for IntLiterals {
 #[derive(Debug)]
 struct VarcharLength;
 
-impl SqlStatementRewriteRule for VarcharLength {
-    fn rewrite(&self, mut s: Statement) -> Statement {
-        let _ = s.visit(&mut VarcharLength);
-        s
-    }
-}
+visitor_rule!(VarcharLength);
 
 impl VisitorMut for VarcharLength {
     type Break = ();
 
     fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
-        use datafusion::sql::sqlparser::ast::{
-            CharacterLength, DataType, FunctionArg, FunctionArgExpr, Value,
-        };
+        use datafusion::sql::sqlparser::ast::{CharacterLength, DataType, Value};
         let Expr::Cast {
             data_type:
                 data_type @ (DataType::Varchar(Some(CharacterLength::IntegerLength { .. }))
@@ -361,24 +327,10 @@ impl VisitorMut for VarcharLength {
         };
         *data_type = DataType::Varchar(None);
         let cast = std::mem::replace(e, Expr::value(Value::Null));
-        let arg = |x: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(x));
-        *e = Expr::Function(Function {
-            name: ObjectName::from(vec![Ident::new("left")]),
-            uses_odbc_syntax: false,
-            parameters: FunctionArguments::None,
-            args: FunctionArguments::List(FunctionArgumentList {
-                duplicate_treatment: None,
-                args: vec![
-                    arg(cast),
-                    arg(Expr::value(Value::Number(length.to_string(), false))),
-                ],
-                clauses: vec![],
-            }),
-            filter: None,
-            null_treatment: None,
-            over: None,
-            within_group: vec![],
-        });
+        *e = call(
+            "left",
+            vec![cast, Expr::value(Value::Number(length.to_string(), false))],
+        );
         ControlFlow::Continue(())
     }
 }
@@ -391,12 +343,7 @@ impl VisitorMut for VarcharLength {
 #[derive(Debug)]
 struct UniqueNames;
 
-impl SqlStatementRewriteRule for UniqueNames {
-    fn rewrite(&self, mut s: Statement) -> Statement {
-        let _ = s.visit(&mut UniqueNames);
-        s
-    }
-}
+visitor_rule!(UniqueNames);
 
 impl VisitorMut for UniqueNames {
     type Break = ();
@@ -405,46 +352,33 @@ impl VisitorMut for UniqueNames {
         &mut self,
         q: &mut datafusion::sql::sqlparser::ast::Query,
     ) -> ControlFlow<()> {
-        use datafusion::sql::sqlparser::ast::{SelectItem, SetExpr};
-        fn visit(body: &mut SetExpr) {
-            match body {
-                SetExpr::Select(sel) => {
-                    let mut seen = std::collections::HashSet::new();
-                    for (i, item) in sel.projection.iter_mut().enumerate() {
-                        let key = match item {
-                            SelectItem::UnnamedExpr(Expr::Subquery(_)) => "(<subquery>)".to_owned(),
-                            SelectItem::UnnamedExpr(Expr::Identifier(id)) => {
-                                id.value.to_lowercase()
-                            }
-                            // Identifiers of two tables (`a.id, b.id`) are
-                            // told apart by their qualifiers already.
-                            SelectItem::UnnamedExpr(Expr::CompoundIdentifier(_)) => continue,
-                            SelectItem::UnnamedExpr(other) => other.to_string(),
-                            _ => continue,
-                        };
-                        if seen.insert(key) {
-                            continue;
-                        }
-                        let placeholder = SelectItem::UnnamedExpr(Expr::value(
-                            datafusion::sql::sqlparser::ast::Value::Null,
-                        ));
-                        if let SelectItem::UnnamedExpr(expr) = std::mem::replace(item, placeholder)
-                        {
-                            *item = SelectItem::ExprWithAlias {
-                                expr,
-                                alias: Ident::new(format!("__tg_column_{}", i + 1)),
-                            };
-                        }
-                    }
+        use datafusion::sql::sqlparser::ast::SelectItem;
+        for_each_select(&mut q.body, &mut |sel| {
+            let mut seen = std::collections::HashSet::new();
+            for (i, item) in sel.projection.iter_mut().enumerate() {
+                let key = match item {
+                    SelectItem::UnnamedExpr(Expr::Subquery(_)) => "(<subquery>)".to_owned(),
+                    SelectItem::UnnamedExpr(Expr::Identifier(id)) => id.value.to_lowercase(),
+                    // Identifiers of two tables (`a.id, b.id`) are
+                    // told apart by their qualifiers already.
+                    SelectItem::UnnamedExpr(Expr::CompoundIdentifier(_)) => continue,
+                    SelectItem::UnnamedExpr(other) => other.to_string(),
+                    _ => continue,
+                };
+                if seen.insert(key) {
+                    continue;
                 }
-                SetExpr::SetOperation { left, right, .. } => {
-                    visit(left);
-                    visit(right);
+                let placeholder = SelectItem::UnnamedExpr(Expr::value(
+                    datafusion::sql::sqlparser::ast::Value::Null,
+                ));
+                if let SelectItem::UnnamedExpr(expr) = std::mem::replace(item, placeholder) {
+                    *item = SelectItem::ExprWithAlias {
+                        expr,
+                        alias: Ident::new(format!("__tg_column_{}", i + 1)),
+                    };
                 }
-                _ => {}
             }
-        }
-        visit(&mut q.body);
+        });
         ControlFlow::Continue(())
     }
 }
@@ -456,12 +390,7 @@ impl VisitorMut for UniqueNames {
 #[derive(Debug)]
 struct WideLiterals;
 
-impl SqlStatementRewriteRule for WideLiterals {
-    fn rewrite(&self, mut s: Statement) -> Statement {
-        let _ = s.visit(&mut WideLiterals);
-        s
-    }
-}
+visitor_rule!(WideLiterals);
 
 impl VisitorMut for WideLiterals {
     type Break = ();
@@ -489,6 +418,8 @@ impl VisitorMut for WideLiterals {
     }
 }
 
+/// Row values compared element by element, as PostgreSQL defines them:
+/// `(a, b) IN ((x, y), …)` is `(a = x AND b = y) OR …`, and
 /// `(a, b) > (x, y)` is `a > x OR (a = x AND b > y)`. DataFusion compares
 /// them as structs, where a NULL element equals a NULL element: a row
 /// `NOT IN` list holding `('boston', NULL)` kept boston's rows, which
@@ -496,12 +427,7 @@ impl VisitorMut for WideLiterals {
 #[derive(Debug)]
 struct RowValues;
 
-impl SqlStatementRewriteRule for RowValues {
-    fn rewrite(&self, mut s: Statement) -> Statement {
-        let _ = s.visit(&mut RowValues);
-        s
-    }
-}
+visitor_rule!(RowValues);
 
 impl VisitorMut for RowValues {
     type Break = ();
@@ -619,10 +545,37 @@ fn nested(e: Expr) -> Expr {
 
 /// `name()`.
 fn empty_call(name: &str) -> Expr {
+    call(name, vec![])
+}
+
+/// Calls `f` with each SELECT of a query body (both sides of UNION,
+/// INTERSECT and EXCEPT); not those of nested queries, which the visitor
+/// reaches itself.
+fn for_each_select(
+    body: &mut datafusion::sql::sqlparser::ast::SetExpr,
+    f: &mut dyn FnMut(&mut datafusion::sql::sqlparser::ast::Select),
+) {
+    use datafusion::sql::sqlparser::ast::SetExpr;
+    match body {
+        SetExpr::Select(sel) => f(sel),
+        SetExpr::SetOperation { left, right, .. } => {
+            for_each_select(left, f);
+            for_each_select(right, f);
+        }
+        _ => {}
+    }
+}
+
+/// `name(args…)`.
+fn call(name: &str, args: Vec<Expr>) -> Expr {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr};
     Expr::Function(Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         args: FunctionArguments::List(FunctionArgumentList {
-            args: vec![],
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
             duplicate_treatment: None,
             clauses: vec![],
         }),
