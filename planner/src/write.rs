@@ -594,7 +594,6 @@ fn copy_columns(
         .collect()
 }
 
-/// An INSERT's [`WriteKind::Insert::targets`].
 /// The source of an `INSERT ... SELECT` the analytics engine runs.
 fn engine_source(q: &ast::Query, reason: String) -> Result<InsertSource> {
     // The engine would have to type the parameters for the write's plan.
@@ -615,6 +614,7 @@ fn engine_source(q: &ast::Query, reason: String) -> Result<InsertSource> {
     })
 }
 
+/// An INSERT's [`WriteKind::Insert::targets`].
 fn insert_targets(
     table: &TableDef,
     columns: &[ColumnRef],
