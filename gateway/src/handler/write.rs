@@ -176,24 +176,10 @@ impl ConnHandler {
                     .map_err(|e| PgError::from(&e))?;
             }
         }
-        let mut out = Vec::with_capacity(rows.len());
-        for fields in rows {
-            let mut row = Vec::with_capacity(targets.len());
-            for (col, i) in targets {
-                let v = match i.and_then(|i| fields.get(i)) {
-                    Some(None) => None,
-                    Some(Some(text)) => Some(col.ty.parse_text(text).map_err(|e| {
-                        let mut pg = PgError::from(&e);
-                        pg.message = format!("{} (column {})", pg.message, col.name);
-                        pg
-                    })?),
-                    None => tablegate_planner::value_expr::default_value(col, table)
-                        .map_err(|e| PgError::from(&e))?,
-                };
-                row.push((Arc::clone(col), v));
-            }
-            out.push(row);
-        }
+        let out = rows
+            .iter()
+            .map(|fields| super::copy::text_row(table, targets, fields, ""))
+            .collect::<Result<Vec<_>, _>>()?;
         let _writing = self.cancel.writing();
         let mut txn = self.session.lock().txn.take();
         let result = tokio::select! {

@@ -316,17 +316,28 @@ fn copy_row(
             "extra data after last expected column on line {line}"
         )));
     }
+    text_row(table, targets, &fields, &format!("line {line}, "))
+}
+
+/// A row of every user column from text values (`None`: NULL), each
+/// parsed into its column's type; a column `targets` gives no field (or a
+/// field past `fields`) takes its DEFAULT. `at` prefixes the column in a
+/// parse error (`line 3, `).
+pub(super) fn text_row(
+    table: &tablegate_catalog::TableDef,
+    targets: &[(Arc<ColumnRef>, Option<usize>)],
+    fields: &[format::Field],
+    at: &str,
+) -> Result<tablegate_planner::value_expr::Row, PgError> {
     let mut row = Vec::with_capacity(targets.len());
     for (col, field) in targets {
-        let v = match *field {
-            Some(i) => match &fields[i] {
-                None => None,
-                Some(text) => Some(col.ty.parse_text(text).map_err(|e| {
-                    let mut pg = PgError::from(&e);
-                    pg.message = format!("{} (line {line}, column {})", pg.message, col.name);
-                    pg
-                })?),
-            },
+        let v = match field.and_then(|i| fields.get(i)) {
+            Some(None) => None,
+            Some(Some(text)) => Some(col.ty.parse_text(text).map_err(|e| {
+                let mut pg = PgError::from(&e);
+                pg.message = format!("{} ({at}column {})", pg.message, col.name);
+                pg
+            })?),
             None => tablegate_planner::value_expr::default_value(col, table)
                 .map_err(|e| PgError::from(&e))?,
         };
