@@ -10,9 +10,11 @@
 //! | type | stored key | example |
 //! |------|------------|---------|
 //! | `text` | the text itself | `nyc` |
+//! | `smallint` | 5 digits, zero-padded; a negative is `-` then 99,999 − \|n\| | `00042`, `-99957` (−42) |
 //! | `integer` | 10 digits, zero-padded; a negative is `-` then 9,999,999,999 − \|n\| | `0000000042`, `-9999999957` (−42) |
 //! | `bigint` | 19 digits, zero-padded; a negative is `-` then 10¹⁹ − 1 − \|n\| | `0000000000000000042` |
 //! | `timestamptz`, `timestamp` | UTC, RFC 3339 with 6 fraction digits | `2026-11-27T10:25:03.000000Z` |
+//! | `date` | `YYYY-MM-DD` | `2026-11-28` |
 //! | `uuid` | lower-case hyphenated | `6f1c…-…` |
 //!
 //! `-` sorts below every digit, and the complement makes a larger magnitude
@@ -24,8 +26,9 @@
 
 use tablegate_store::{DateTime, Value};
 
-use crate::types::SqlType;
+use crate::types::{SqlType, date_of, date_text};
 
+const INT2_DIGITS: usize = 5;
 const INT4_DIGITS: usize = 10;
 const INT8_DIGITS: usize = 19;
 
@@ -35,10 +38,12 @@ impl SqlType {
         matches!(
             self,
             SqlType::Text
+                | SqlType::Int2
                 | SqlType::Int4
                 | SqlType::Int8
                 | SqlType::Timestamptz
                 | SqlType::Timestamp
+                | SqlType::Date
                 | SqlType::Uuid
         )
     }
@@ -60,20 +65,25 @@ impl SqlType {
                 Value::String(s) => Some(s.clone()),
                 _ => None,
             },
-            SqlType::Int4 => {
+            SqlType::Int2 | SqlType::Int4 | SqlType::Int8 => {
                 let n = int(v)?;
-                (i128::from(i32::MIN)..=i128::from(i32::MAX))
+                let (min, max) = self.int_range()?;
+                let digits = match self {
+                    SqlType::Int2 => INT2_DIGITS,
+                    SqlType::Int4 => INT4_DIGITS,
+                    _ => INT8_DIGITS,
+                };
+                (i128::from(min)..=i128::from(max))
                     .contains(&n)
-                    .then(|| encode_int(n, INT4_DIGITS))
-            }
-            SqlType::Int8 => {
-                let n = int(v)?;
-                (i128::from(i64::MIN)..=i128::from(i64::MAX))
-                    .contains(&n)
-                    .then(|| encode_int(n, INT8_DIGITS))
+                    .then(|| encode_int(n, digits))
             }
             SqlType::Timestamptz | SqlType::Timestamp => match v {
                 Value::DateTime(t) if t.in_range() => Some(t.to_string()),
+                _ => None,
+            },
+            // A date is midnight UTC; another time of day is not a date.
+            SqlType::Date => match v {
+                Value::DateTime(t) if t.in_range() && date_of(*t) == *t => date_text(*t),
                 _ => None,
             },
             SqlType::Uuid => match v {
@@ -89,12 +99,16 @@ impl SqlType {
     pub fn decode_key(self, key: &str) -> Option<Value> {
         let v = match self {
             SqlType::Text => return Some(Value::String(key.to_owned())),
+            SqlType::Int2 => {
+                Value::Int32(i16::try_from(decode_int(key, INT2_DIGITS)?).ok()?.into())
+            }
             SqlType::Int4 => Value::Int32(i32::try_from(decode_int(key, INT4_DIGITS)?).ok()?),
             SqlType::Int8 => Value::Int64(i64::try_from(decode_int(key, INT8_DIGITS)?).ok()?),
             SqlType::Timestamptz | SqlType::Timestamp => {
                 let t = chrono::DateTime::parse_from_rfc3339(key).ok()?;
                 Value::DateTime(DateTime(t.timestamp_micros()))
             }
+            SqlType::Date => Value::DateTime(crate::types::parse_date(key)?),
             SqlType::Uuid => Value::Guid(*uuid::Uuid::parse_str(key).ok()?.as_bytes()),
             _ => return None,
         };
@@ -137,6 +151,10 @@ mod tests {
     #[test]
     fn integer_keys_sort_in_numeric_order_and_round_trip() {
         for (ty, values) in [
+            (
+                SqlType::Int2,
+                vec![i64::from(i16::MIN), -42, -1, 0, 1, 42, i64::from(i16::MAX)],
+            ),
             (
                 SqlType::Int4,
                 vec![
@@ -194,6 +212,11 @@ mod tests {
             "-9999999957"
         );
         assert_eq!(SqlType::Int4.encode_key(&Value::Int64(1 << 40)), None);
+        assert_eq!(
+            SqlType::Int2.encode_key(&Value::Int32(-42)).unwrap(),
+            "-99957"
+        );
+        assert_eq!(SqlType::Int2.encode_key(&Value::Int32(40_000)), None);
         assert_eq!(SqlType::Int4.encode_key(&Value::Double(2.5)), None);
         assert_eq!(
             SqlType::Int8.encode_key(&Value::Double(3.0)).unwrap(),
@@ -213,6 +236,9 @@ mod tests {
             (SqlType::Timestamptz, "2026-11-27T10:25:03Z"),
             (SqlType::Timestamptz, "2026-11-27T11:25:03.000000+01:00"),
             (SqlType::Bool, "true"),
+            (SqlType::Int2, "0042"),
+            (SqlType::Date, "2026-1-02"),
+            (SqlType::Date, "2026-01-02 00:00"),
         ] {
             assert_eq!(ty.decode_key(key), None, "{ty:?} {key}");
         }
@@ -251,5 +277,27 @@ mod tests {
         }
         let outside = Value::DateTime(DateTime(DateTime::MAX.0 + 1));
         assert_eq!(SqlType::Timestamptz.encode_key(&outside), None);
+    }
+
+    #[test]
+    fn date_keys_are_days_in_order() {
+        let days = [
+            "1601-01-01",
+            "1969-12-31",
+            "1970-01-01",
+            "2026-11-28",
+            "9999-12-31",
+        ];
+        let values: Vec<Value> = days
+            .iter()
+            .map(|d| SqlType::Date.parse_text(d).unwrap())
+            .collect();
+        for (d, v) in days.iter().zip(&values) {
+            assert_eq!(SqlType::Date.encode_key(v).as_deref(), Some(*d));
+            assert_eq!(SqlType::Date.decode_key(d).as_ref(), Some(v));
+        }
+        // A time of day is not a date: it has no date key.
+        let noon = Value::DateTime(DateTime(12 * 3_600_000_000));
+        assert_eq!(SqlType::Date.encode_key(&noon), None);
     }
 }

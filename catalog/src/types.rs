@@ -12,6 +12,8 @@ use crate::error::CatalogError;
 pub enum SqlType {
     /// TEXT / VARCHAR → Edm.String.
     Text,
+    /// SMALLINT → Edm.Int32, range-checked to 16 bits.
+    Int2,
     /// INT / INTEGER → Edm.Int32.
     Int4,
     /// BIGINT → Edm.Int64.
@@ -24,6 +26,8 @@ pub enum SqlType {
     Timestamptz,
     /// TIMESTAMP (without time zone; stored as UTC) → Edm.DateTime.
     Timestamp,
+    /// DATE → Edm.DateTime at midnight UTC (the service has no date type).
+    Date,
     /// UUID → Edm.Guid.
     Uuid,
     /// BYTEA → Edm.Binary.
@@ -38,6 +42,7 @@ impl SqlType {
         let base = lower.split('(').next().unwrap_or("").trim();
         Ok(match base {
             "text" | "varchar" | "character varying" | "string" => SqlType::Text,
+            "smallint" | "int2" => SqlType::Int2,
             "int" | "integer" | "int4" => SqlType::Int4,
             "bigint" | "int8" => SqlType::Int8,
             "double precision" | "double" | "float8" | "float" | "real" | "float4" => {
@@ -46,20 +51,21 @@ impl SqlType {
             "boolean" | "bool" => SqlType::Bool,
             "timestamptz" | "timestamp with time zone" => SqlType::Timestamptz,
             "timestamp" | "timestamp without time zone" => SqlType::Timestamp,
+            "date" => SqlType::Date,
             "uuid" => SqlType::Uuid,
             "bytea" => SqlType::Bytea,
             _ => {
                 let hint = match base {
-                    "smallint" | "int2" | "tinyint" => "use INTEGER (Edm.Int32)",
+                    "tinyint" => "use SMALLINT or INTEGER (Edm.Int32)",
                     "numeric" | "decimal" | "money" => {
                         "the store has no exact decimal: use BIGINT for scaled integers (cents) or DOUBLE PRECISION"
                     }
-                    "date" | "time" | "timetz" | "interval" => "use TIMESTAMPTZ (Edm.DateTime)",
+                    "time" | "timetz" | "interval" => "use TIMESTAMPTZ (Edm.DateTime)",
                     "char" | "character" | "bpchar" | "citext" | "name" => "use TEXT",
                     "json" | "jsonb" | "xml" => "store the document as TEXT",
                     "smallserial" => "use SERIAL (integer) or BIGSERIAL",
                     _ => {
-                        "supported types: TEXT, VARCHAR, INTEGER, BIGINT, DOUBLE PRECISION, REAL, BOOLEAN, TIMESTAMPTZ, TIMESTAMP, UUID, BYTEA"
+                        "supported types: TEXT, VARCHAR, SMALLINT, INTEGER, BIGINT, DOUBLE PRECISION, REAL, BOOLEAN, TIMESTAMPTZ, TIMESTAMP, DATE, UUID, BYTEA"
                     }
                 };
                 return Err(CatalogError::UnsupportedType {
@@ -74,11 +80,11 @@ impl SqlType {
     pub fn edm(self) -> EdmType {
         match self {
             SqlType::Text => EdmType::String,
-            SqlType::Int4 => EdmType::Int32,
+            SqlType::Int2 | SqlType::Int4 => EdmType::Int32,
             SqlType::Int8 => EdmType::Int64,
             SqlType::Float8 => EdmType::Double,
             SqlType::Bool => EdmType::Boolean,
-            SqlType::Timestamptz | SqlType::Timestamp => EdmType::DateTime,
+            SqlType::Timestamptz | SqlType::Timestamp | SqlType::Date => EdmType::DateTime,
             SqlType::Uuid => EdmType::Guid,
             SqlType::Bytea => EdmType::Binary,
         }
@@ -103,12 +109,14 @@ impl SqlType {
     pub fn pg_name(self) -> &'static str {
         match self {
             SqlType::Text => "text",
+            SqlType::Int2 => "smallint",
             SqlType::Int4 => "integer",
             SqlType::Int8 => "bigint",
             SqlType::Float8 => "double precision",
             SqlType::Bool => "boolean",
             SqlType::Timestamptz => "timestamp with time zone",
             SqlType::Timestamp => "timestamp without time zone",
+            SqlType::Date => "date",
             SqlType::Uuid => "uuid",
             SqlType::Bytea => "bytea",
         }
@@ -118,12 +126,14 @@ impl SqlType {
     pub fn pg_oid(self) -> u32 {
         match self {
             SqlType::Text => 25,
+            SqlType::Int2 => 21,
             SqlType::Int4 => 23,
             SqlType::Int8 => 20,
             SqlType::Float8 => 701,
             SqlType::Bool => 16,
             SqlType::Timestamptz => 1184,
             SqlType::Timestamp => 1114,
+            SqlType::Date => 1082,
             SqlType::Uuid => 2950,
             SqlType::Bytea => 17,
         }
@@ -133,20 +143,76 @@ impl SqlType {
     pub fn arrow(self) -> DataType {
         match self {
             SqlType::Text => DataType::Utf8,
+            SqlType::Int2 => DataType::Int16,
             SqlType::Int4 => DataType::Int32,
             SqlType::Int8 => DataType::Int64,
             SqlType::Float8 => DataType::Float64,
             SqlType::Bool => DataType::Boolean,
             SqlType::Timestamptz => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
             SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::Date => DataType::Date32,
             SqlType::Uuid => DataType::FixedSizeBinary(16),
             SqlType::Bytea => DataType::Binary,
         }
     }
 
     /// True when a stored value of this EDM type reads as this column type.
+    /// A smallint is an Int32 within 16 bits.
     pub fn accepts(self, v: &Value) -> bool {
-        v.edm_type() == self.edm()
+        match (self, v) {
+            (SqlType::Int2, Value::Int32(i)) => i16::try_from(*i).is_ok(),
+            _ => v.edm_type() == self.edm(),
+        }
+    }
+
+    /// A value of this type as PostgreSQL's text output shows it (times in
+    /// UTC), for messages such as a duplicate key's detail.
+    pub fn pg_text(self, v: &Value) -> String {
+        match v {
+            Value::String(s) => s.clone(),
+            Value::Int32(i) => i.to_string(),
+            Value::Int64(i) => i.to_string(),
+            Value::Double(d) => d.to_string(),
+            Value::Boolean(b) => if *b { "t" } else { "f" }.to_owned(),
+            Value::Guid(g) => uuid::Uuid::from_bytes(*g).hyphenated().to_string(),
+            Value::Binary(b) => format!(
+                "\\x{}",
+                b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+            ),
+            Value::DateTime(t) if self == SqlType::Date => {
+                date_text(*t).unwrap_or_else(|| t.to_string())
+            }
+            Value::DateTime(t) => match chrono::DateTime::from_timestamp_micros(t.0) {
+                Some(d) => {
+                    let mut s = d.format("%Y-%m-%d %H:%M:%S%.6f").to_string();
+                    let kept = s.trim_end_matches('0').trim_end_matches('.').len();
+                    s.truncate(kept);
+                    if self != SqlType::Timestamp {
+                        s.push_str("+00");
+                    }
+                    s
+                }
+                None => t.to_string(),
+            },
+        }
+    }
+
+    /// The range of an integer type, `None` for the others.
+    pub fn int_range(self) -> Option<(i64, i64)> {
+        match self {
+            SqlType::Int2 => Some((i16::MIN.into(), i16::MAX.into())),
+            SqlType::Int4 => Some((i32::MIN.into(), i32::MAX.into())),
+            SqlType::Int8 => Some((i64::MIN, i64::MAX)),
+            _ => None,
+        }
+    }
+
+    /// True for the integer and floating-point types.
+    pub fn is_numeric(self) -> bool {
+        matches!(
+            self,
+            SqlType::Int2 | SqlType::Int4 | SqlType::Int8 | SqlType::Float8
+        )
     }
 
     /// Parses PostgreSQL text input for this type (what an untyped literal
@@ -159,6 +225,10 @@ impl SqlType {
         let t = s.trim();
         Ok(match self {
             SqlType::Text => Value::String(s.to_owned()),
+            SqlType::Int2 => {
+                let n: i16 = t.parse().map_err(|_| bad())?;
+                Value::Int32(n.into())
+            }
             SqlType::Int4 => Value::Int32(t.parse().map_err(|_| bad())?),
             SqlType::Int8 => Value::Int64(t.parse().map_err(|_| bad())?),
             SqlType::Float8 => Value::Double(parse_float(t).ok_or_else(bad)?),
@@ -166,6 +236,7 @@ impl SqlType {
             SqlType::Timestamptz | SqlType::Timestamp => {
                 Value::DateTime(parse_timestamp(t, self == SqlType::Timestamptz).ok_or_else(bad)?)
             }
+            SqlType::Date => Value::DateTime(parse_date(t).ok_or_else(bad)?),
             SqlType::Uuid => Value::Guid(*uuid::Uuid::parse_str(t).map_err(|_| bad())?.as_bytes()),
             SqlType::Bytea => Value::Binary(parse_bytea(t).ok_or_else(bad)?),
         })
@@ -226,6 +297,34 @@ pub fn parse_timestamp(t: &str, _with_zone: bool) -> Option<DateTime> {
         )
     })
 }
+
+/// A date as PostgreSQL reads one: `2026-11-28`, or a timestamp whose
+/// time is dropped (`'2026-11-28 10:00'::date` is 2026-11-28). Midnight UTC.
+pub fn parse_date(t: &str) -> Option<DateTime> {
+    let day = match chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d") {
+        Ok(d) => d,
+        Err(_) => {
+            let ts = parse_timestamp(t, false)?;
+            return Some(date_of(ts));
+        }
+    };
+    Some(DateTime(
+        day.and_hms_opt(0, 0, 0)?.and_utc().timestamp_micros(),
+    ))
+}
+
+/// The day of `t` (UTC) as `YYYY-MM-DD`.
+pub fn date_text(t: DateTime) -> Option<String> {
+    chrono::DateTime::from_timestamp_micros(t.0).map(|d| d.format("%Y-%m-%d").to_string())
+}
+
+/// The midnight (UTC) that starts the day of `t`.
+pub fn date_of(t: DateTime) -> DateTime {
+    DateTime(t.0.div_euclid(MICROS_PER_DAY) * MICROS_PER_DAY)
+}
+
+/// Microseconds in a day: a DATE's Arrow value is `micros / MICROS_PER_DAY`.
+pub const MICROS_PER_DAY: i64 = 86_400_000_000;
 
 /// `\x0123abcd` hex form (PostgreSQL's default bytea output).
 fn parse_bytea(t: &str) -> Option<Vec<u8>> {
@@ -302,5 +401,30 @@ mod tests {
             Value::Binary(vec![0, 255])
         );
         assert!(SqlType::Uuid.parse_text("nope").is_err());
+        assert_eq!(
+            SqlType::Int2.parse_text("-32768").unwrap(),
+            Value::Int32(-32768)
+        );
+        assert!(SqlType::Int2.parse_text("32768").is_err());
+        assert_eq!(
+            SqlType::Date.parse_text("2026-11-22 08:44").unwrap(),
+            SqlType::Date.parse_text("2026-11-22").unwrap()
+        );
+    }
+
+    #[test]
+    fn values_print_as_postgres_prints_them() {
+        let t = SqlType::Timestamptz
+            .parse_text("2026-11-22 08:44:18.5+01")
+            .unwrap();
+        assert_eq!(SqlType::Timestamptz.pg_text(&t), "2026-11-22 07:44:18.5+00");
+        assert_eq!(SqlType::Timestamp.pg_text(&t), "2026-11-22 07:44:18.5");
+        let d = SqlType::Date.parse_text("2026-11-22").unwrap();
+        assert_eq!(SqlType::Date.pg_text(&d), "2026-11-22");
+        assert_eq!(SqlType::Timestamptz.pg_text(&d), "2026-11-22 00:00:00+00");
+        assert_eq!(
+            SqlType::Bytea.pg_text(&Value::Binary(vec![0, 255])),
+            "\\x00ff"
+        );
     }
 }

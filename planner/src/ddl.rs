@@ -44,7 +44,7 @@ pub fn column(c: &ast::ColumnDef) -> Result<(Column, bool)> {
                 generated_as: generated @ (ast::GeneratedAs::Always | ast::GeneratedAs::ByDefault),
                 generation_expr: None,
                 ..
-            } if matches!(ty, SqlType::Int4 | SqlType::Int8) => {
+            } if matches!(ty, SqlType::Int2 | SqlType::Int4 | SqlType::Int8) => {
                 default = Some(ColumnDefault::Identity {
                     always: matches!(generated, ast::GeneratedAs::Always),
                 });
@@ -100,16 +100,21 @@ fn column_default(e: &ast::Expr, ty: SqlType) -> Result<ColumnDefault> {
         ast::Expr::Function(f) => {
             let name = f.name.to_string().to_ascii_lowercase();
             return match (name.as_str(), ty) {
-                ("now" | "current_timestamp", SqlType::Timestamptz | SqlType::Timestamp) => {
-                    Ok(ColumnDefault::Now)
-                }
+                (
+                    "now" | "current_timestamp",
+                    SqlType::Timestamptz | SqlType::Timestamp | SqlType::Date,
+                ) => Ok(ColumnDefault::Now),
                 ("gen_random_uuid", SqlType::Uuid) => Ok(ColumnDefault::RandomUuid),
                 _ => Err(unsupported()),
             };
         }
         ast::Expr::Identifier(i)
-            if i.value.eq_ignore_ascii_case("current_timestamp")
-                && matches!(ty, SqlType::Timestamptz | SqlType::Timestamp) =>
+            if (i.value.eq_ignore_ascii_case("current_timestamp")
+                && matches!(
+                    ty,
+                    SqlType::Timestamptz | SqlType::Timestamp | SqlType::Date
+                ))
+                || (i.value.eq_ignore_ascii_case("current_date") && ty == SqlType::Date) =>
         {
             return Ok(ColumnDefault::Now);
         }

@@ -192,7 +192,7 @@ impl PlanError {
                         c.map(|c| {
                             let v =
                                 c.ty.decode_key(key)
-                                    .map_or_else(|| key.to_owned(), |v| plain(&v));
+                                    .map_or_else(|| key.to_owned(), |v| c.ty.pg_text(&v));
                             (c.name, v)
                         })
                     };
@@ -234,19 +234,5 @@ fn duplicate(e: &StoreError) -> Option<(&str, &str)> {
         } => Some((partition_key, row_key)),
         StoreError::BatchOperationFailed { source, .. } => duplicate(source),
         _ => None,
-    }
-}
-
-/// A value as PostgreSQL's text output shows it in a message.
-fn plain(v: &tablegate_store::Value) -> String {
-    use tablegate_store::Value;
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Int32(i) => i.to_string(),
-        Value::Int64(i) => i.to_string(),
-        Value::Guid(b) => uuid::Uuid::from_bytes(*b).hyphenated().to_string(),
-        other => crate::expr::sql_literal(other)
-            .trim_matches('\'')
-            .to_owned(),
     }
 }

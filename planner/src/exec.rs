@@ -18,12 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow_array::builder::{
-    BinaryBuilder, BooleanBuilder, FixedSizeBinaryBuilder, Float64Builder, Int32Builder,
-    Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+    BinaryBuilder, BooleanBuilder, Date32Builder, FixedSizeBinaryBuilder, Float64Builder,
+    Int16Builder, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::SchemaRef;
 use parking_lot::Mutex;
+use tablegate_catalog::types::MICROS_PER_DAY;
 use tablegate_catalog::{Role, SqlType, TableDef};
 use tablegate_store::driven::Driven;
 use tablegate_store::partition::scan::ScanOptions;
@@ -528,11 +529,13 @@ fn key(e: &Entity) -> (&str, &str) {
 /// stored one), as [`TableDef::value_of`] says.
 enum ColumnBuilder {
     Text(StringBuilder),
+    Int2(Int16Builder),
     Int4(Int32Builder),
     Int8(Int64Builder),
     Float8(Float64Builder),
     Bool(BooleanBuilder),
     Time(TimestampMicrosecondBuilder, bool),
+    Date(Date32Builder),
     Uuid(FixedSizeBinaryBuilder),
     Bytea(BinaryBuilder),
 }
@@ -541,6 +544,7 @@ impl ColumnBuilder {
     fn new(ty: SqlType, rows: usize) -> Self {
         match ty {
             SqlType::Text => Self::Text(StringBuilder::with_capacity(rows, rows * 16)),
+            SqlType::Int2 => Self::Int2(Int16Builder::with_capacity(rows)),
             SqlType::Int4 => Self::Int4(Int32Builder::with_capacity(rows)),
             SqlType::Int8 => Self::Int8(Int64Builder::with_capacity(rows)),
             SqlType::Float8 => Self::Float8(Float64Builder::with_capacity(rows)),
@@ -549,6 +553,7 @@ impl ColumnBuilder {
                 TimestampMicrosecondBuilder::with_capacity(rows),
                 ty == SqlType::Timestamptz,
             ),
+            SqlType::Date => Self::Date(Date32Builder::with_capacity(rows)),
             SqlType::Uuid => Self::Uuid(FixedSizeBinaryBuilder::with_capacity(rows, 16)),
             SqlType::Bytea => Self::Bytea(BinaryBuilder::with_capacity(rows, rows * 16)),
         }
@@ -559,6 +564,9 @@ impl ColumnBuilder {
         match (self, v) {
             (Self::Text(b), Some(ValueRef::String(s))) => b.append_value(s),
             (Self::Text(b), _) => b.append_null(),
+            // A value beyond 16 bits (another writer's) reads as NULL.
+            (Self::Int2(b), Some(ValueRef::Int32(i))) => b.append_option(i16::try_from(i).ok()),
+            (Self::Int2(b), _) => b.append_null(),
             (Self::Int4(b), Some(ValueRef::Int32(i))) => b.append_value(i),
             (Self::Int4(b), _) => b.append_null(),
             (Self::Int8(b), Some(ValueRef::Int64(i))) => b.append_value(i),
@@ -569,6 +577,10 @@ impl ColumnBuilder {
             (Self::Bool(b), _) => b.append_null(),
             (Self::Time(b, _), Some(ValueRef::DateTime(t))) => b.append_value(t.0),
             (Self::Time(b, _), _) => b.append_null(),
+            (Self::Date(b), Some(ValueRef::DateTime(t))) => {
+                b.append_value(t.0.div_euclid(MICROS_PER_DAY) as i32)
+            }
+            (Self::Date(b), _) => b.append_null(),
             (Self::Uuid(b), Some(ValueRef::Guid(g))) => {
                 b.append_value(g).expect("a GUID is 16 bytes")
             }
@@ -595,6 +607,7 @@ impl ColumnBuilder {
     fn finish(self) -> ArrayRef {
         match self {
             Self::Text(mut b) => Arc::new(b.finish()),
+            Self::Int2(mut b) => Arc::new(b.finish()),
             Self::Int4(mut b) => Arc::new(b.finish()),
             Self::Int8(mut b) => Arc::new(b.finish()),
             Self::Float8(mut b) => Arc::new(b.finish()),
@@ -603,6 +616,7 @@ impl ColumnBuilder {
                 let a = b.finish();
                 Arc::new(if tz { a.with_timezone("UTC") } else { a })
             }
+            Self::Date(mut b) => Arc::new(b.finish()),
             Self::Uuid(mut b) => Arc::new(b.finish()),
             Self::Bytea(mut b) => Arc::new(b.finish()),
         }

@@ -394,7 +394,7 @@ impl<'a> Binder<'a> {
                 )
             }
             Operand::Untyped(Untyped::Num(n)) => match col.ty {
-                SqlType::Int4 | SqlType::Int8 => BExpr::Lit(
+                SqlType::Int2 | SqlType::Int4 | SqlType::Int8 => BExpr::Lit(
                     integer_operand(&n, op)
                         .ok_or_else(|| PlanError::InvalidValue(format!("invalid number {n}")))?,
                 ),
@@ -433,10 +433,8 @@ impl<'a> Binder<'a> {
                 }
             },
             Operand::Typed(v) => {
-                let numeric =
-                    |t: SqlType| matches!(t, SqlType::Int4 | SqlType::Int8 | SqlType::Float8);
                 let lit_numeric = matches!(v, Value::Int32(_) | Value::Int64(_) | Value::Double(_));
-                if v.edm_type() != col.ty.edm() && !(numeric(col.ty) && lit_numeric) {
+                if v.edm_type() != col.ty.edm() && !(col.ty.is_numeric() && lit_numeric) {
                     return Err(mismatch(
                         v.edm_type().name(),
                         "cast the value to the column's type",
@@ -888,6 +886,18 @@ pub fn sql_literal(v: &Value) -> String {
     }
 }
 
+/// A literal as SQL, in the form its column's type shows it (a date
+/// without the midnight the store keeps).
+pub fn sql_literal_as(v: &Value, ty: SqlType) -> String {
+    match (v, ty) {
+        (Value::DateTime(t), SqlType::Date) => match tablegate_catalog::types::date_text(*t) {
+            Some(d) => format!("'{d}'"),
+            None => sql_literal(v),
+        },
+        _ => sql_literal(v),
+    }
+}
+
 impl fmt::Display for BExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -896,7 +906,12 @@ impl fmt::Display for BExpr {
             BExpr::Null => write!(f, "NULL"),
             BExpr::Param(n, _) => write!(f, "${}", n + 1),
             BExpr::Bool(b) => write!(f, "{b}"),
-            BExpr::Cmp(a, op, b) => write!(f, "{a} {} {b}", op_text(*op)),
+            BExpr::Cmp(a, op, b) => match (&**a, &**b) {
+                (BExpr::Column(c), BExpr::Lit(v)) => {
+                    write!(f, "{a} {} {}", op_text(*op), sql_literal_as(v, c.ty))
+                }
+                _ => write!(f, "{a} {} {b}", op_text(*op)),
+            },
             BExpr::And(v) => join(f, v, " AND "),
             BExpr::Or(v) => {
                 write!(f, "(")?;

@@ -108,12 +108,17 @@ pub fn default_value(col: &ColumnRef, table: &TableDef) -> Result<Option<Value>>
         Some(ColumnDefault::Identity { .. }) => {
             let id = crate::identity::take(&table.name, &col.name)?;
             Some(match col.ty {
-                SqlType::Int4 => Value::Int32(i32::try_from(id).map_err(|_| {
-                    PlanError::InvalidValue(format!(
-                        "identity column \"{}\" reached the end of integer: declare it bigint (bigserial)",
-                        col.name
-                    ))
-                })?),
+                SqlType::Int2 | SqlType::Int4 => {
+                    let (_, max) = col.ty.int_range().expect("an integer type");
+                    if id > max {
+                        return Err(PlanError::InvalidValue(format!(
+                            "identity column \"{}\" reached the end of {}: declare it bigint (bigserial)",
+                            col.name,
+                            col.ty.pg_name()
+                        )));
+                    }
+                    Value::Int32(id as i32)
+                }
                 _ => Value::Int64(id),
             })
         }
@@ -279,15 +284,26 @@ pub fn cast(v: Value, ty: SqlType, column: &str) -> Result<Value> {
     let range =
         |t: &str| PlanError::OutOfRange(format!("{t} out of range for column \"{column}\""));
     Ok(match (v, ty) {
+        (Value::Int32(i), SqlType::Int2) => {
+            Value::Int32(i16::try_from(i).map_err(|_| range("smallint"))?.into())
+        }
+        (Value::Int64(i), SqlType::Int2) => {
+            Value::Int32(i16::try_from(i).map_err(|_| range("smallint"))?.into())
+        }
         (Value::Int64(i), SqlType::Int4) => {
             Value::Int32(i32::try_from(i).map_err(|_| range("integer"))?)
         }
-        (Value::Double(d), SqlType::Int4) => {
+        (Value::Double(d), SqlType::Int2 | SqlType::Int4) => {
             let r = d.round_ties_even();
-            if !(f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&r) {
-                return Err(range("integer"));
+            let (min, max) = ty.int_range().expect("an integer type");
+            if !(min as f64..=max as f64).contains(&r) {
+                return Err(range(ty.pg_name()));
             }
             Value::Int32(r as i32)
+        }
+        // timestamp to date keeps the day (UTC).
+        (Value::DateTime(t), SqlType::Date) => {
+            Value::DateTime(tablegate_catalog::types::date_of(t))
         }
         (Value::Int32(i), SqlType::Int8) => Value::Int64(i.into()),
         (Value::Double(d), SqlType::Int8) => {
@@ -353,7 +369,7 @@ impl ValueBinder<'_, '_> {
             Expr::Value(v) => match &v.value {
                 ast::Value::Number(n, _) => match ty {
                     SqlType::Text => VExpr::Lit(Value::String(n.to_string())),
-                    SqlType::Int4 | SqlType::Int8 | SqlType::Float8 => match n.parse::<i64>() {
+                    t if t.is_numeric() => match n.parse::<i64>() {
                         Ok(i) => VExpr::Lit(Value::Int64(i)),
                         Err(_) => VExpr::Lit(Value::Double(n.parse().map_err(|_| {
                             PlanError::InvalidValue(format!("invalid number {n}"))
@@ -460,11 +476,7 @@ impl ValueBinder<'_, '_> {
                     (Some(a), _) => {
                         // Literals inside arithmetic are numbers whatever
                         // the target (the result is converted at the end).
-                        let t = if matches!(ty, SqlType::Int4 | SqlType::Int8 | SqlType::Float8) {
-                            ty
-                        } else {
-                            SqlType::Int8
-                        };
+                        let t = if ty.is_numeric() { ty } else { SqlType::Int8 };
                         VExpr::Arith(
                             Box::new(self.bind(left, t, false)?),
                             a,

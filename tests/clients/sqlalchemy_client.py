@@ -186,8 +186,10 @@ insp = inspect(engine)
 out("tables", sorted(t for t in insp.get_table_names() if t.startswith("sa_")))
 for t in ["sa_orders", "sa_customers", "sa_tickets", "sa_devices", "sa_notes"]:
     # Every tablegate table also has the store's Timestamp column (SELECT *
-    # shows it too). Primary-key reflection (pg_constraint) is not there yet.
+    # shows it too).
     cols = [(col["name"], str(col["type"]), col["nullable"]) for col in insp.get_columns(t)]
     out(f"{t} columns", [col for col in cols if col[0] != "timestamp"])
+    pk = insp.get_pk_constraint(t)
+    out(f"{t} primary key", (pk["name"], pk["constrained_columns"]))
 out("has_table", (insp.has_table("sa_orders"), insp.has_table("sa_nope")))
 print("sqlalchemy ok")

@@ -1,6 +1,6 @@
 //! Tables the way people write them. Typed key columns against PostgreSQL
 //! 15: tables keyed by bigint,
-//! (integer, timestamptz) and uuid, the same rows in both, and generated
+//! (integer, timestamptz), uuid and (smallint, date), the same rows in both, and generated
 //! key predicates (every comparison, BETWEEN, IN, NOT IN, row values,
 //! fractions and values beyond the type's range, negatives) giving the same
 //! rows. Also: range predicates stay row-range / partition-range queries,
@@ -18,7 +18,16 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE ticks (sensor int, ts timestamptz, v double precision, \
      PRIMARY KEY (sensor, ts))",
     "CREATE TABLE docs (id uuid PRIMARY KEY, n int)",
+    "CREATE TABLE visits (site smallint, day date, hits smallint, \
+     PRIMARY KEY (site, day))",
 ];
+
+const SITES: &[i16] = &[i16::MIN, -7, 0, 3, 12, i16::MAX];
+
+fn day(d: u64) -> String {
+    let (y, rest) = (2025 + d / 400, d % 400);
+    format!("'{y}-{:02}-{:02}'", 1 + rest / 28 % 12, 1 + rest % 28)
+}
 
 /// Bigint ids: both extremes, negatives, zero, and numbers whose decimal
 /// text sorts differently from their value (9 < 10, -1 > -10).
@@ -79,7 +88,26 @@ fn inserts() -> Vec<String> {
     }
     let docs: Vec<String> = (0..25u64).map(|i| format!("({}, {i})", uuid(i))).collect();
     out.push(format!("INSERT INTO docs VALUES {}", docs.join(", ")));
+    for (i, s) in SITES.iter().enumerate() {
+        let rows: Vec<String> = (0..40u64)
+            .filter(|d| !(d + i as u64).is_multiple_of(4))
+            .map(|d| format!("({s}, {}, {})", day(d * 11), (d * 97 + i as u64) % 30_000))
+            .collect();
+        out.push(format!("INSERT INTO visits VALUES {}", rows.join(", ")));
+    }
     out
+}
+
+/// A constant to compare a smallint key with, beyond its range included.
+fn smallint_const(r: &mut Rng) -> String {
+    let s = SITES[r.below(SITES.len() as u64) as usize];
+    match r.below(6) {
+        0 => format!("{}", i64::from(s) + 1),
+        1 => format!("{}", i64::from(s) - 1),
+        2 => format!("{s}.5"),
+        3 => ["40000", "-40000"][r.below(2) as usize].into(),
+        _ => format!("{s}"),
+    }
 }
 
 /// A constant to compare a bigint key with: an id, a neighbour of one, a
@@ -178,6 +206,27 @@ fn queries() -> Vec<String> {
         };
         out.push(format!("SELECT id, n FROM docs WHERE {p} ORDER BY id"));
     }
+    for _ in 0..40 {
+        let p = key_predicate(&mut r, "site", &mut smallint_const);
+        let d = match r.below(4) {
+            0 => String::new(),
+            1 => format!(" AND day {} {}", cmp_op(&mut r), day(r.below(480))),
+            2 => format!(
+                " AND day BETWEEN {} AND {}",
+                day(r.below(480)),
+                day(r.below(480))
+            ),
+            _ => format!(
+                " OR (site, day) {} ({}, {})",
+                cmp_op(&mut r),
+                smallint_const(&mut r),
+                day(r.below(480))
+            ),
+        };
+        out.push(format!(
+            "SELECT site, day, hits FROM visits WHERE {p}{d} ORDER BY site, day"
+        ));
+    }
     out.extend(
         [
             "SELECT id, bal, owner FROM acct ORDER BY id",
@@ -191,6 +240,10 @@ fn queries() -> Vec<String> {
             "SELECT id FROM acct WHERE id = 2.0",
             "SELECT id FROM acct WHERE id IS NULL",
             "SELECT n FROM docs WHERE id = (SELECT id FROM docs WHERE n = 3)",
+            "SELECT site, count(*), min(day), max(day), sum(hits) FROM visits GROUP BY site ORDER BY site",
+            "SELECT day, hits FROM visits WHERE site = 3 AND day >= '2025-06-01' AND day < date '2025-09-01' ORDER BY day",
+            "SELECT site, day FROM visits WHERE day = '2025-01-12 15:00' ORDER BY site",
+            "SELECT hits + 1, day + 1, day - date '2025-01-01' FROM visits WHERE site = 0 ORDER BY day LIMIT 5",
         ]
         .map(String::from),
     );
@@ -255,6 +308,10 @@ async fn typed_key_queries_match_postgresql() {
         "INSERT INTO acct VALUES (5, 1, 'new') ON CONFLICT (id) DO UPDATE SET bal = 2",
         "INSERT INTO acct VALUES (5, 1, 'new') ON CONFLICT (id) DO UPDATE SET bal = 2",
         "INSERT INTO acct VALUES (-5, 1, 'new') ON CONFLICT (id) DO NOTHING",
+        "UPDATE visits SET hits = hits + 1 WHERE site = -7 AND day < '2025-06-01'",
+        "DELETE FROM visits WHERE site = 32767 AND day BETWEEN '2025-03-01' AND '2025-08-01'",
+        "INSERT INTO visits VALUES (5, '2026-11-28 23:59', 1), (-5, date '2026-11-28', 2)",
+        "INSERT INTO visits VALUES (5, '2026-11-28', 9) ON CONFLICT (site, day) DO UPDATE SET hits = EXCLUDED.hits",
     ] {
         let a = p.batch_execute(sql).await.map_err(|e| e.to_string());
         let b = t.batch_execute(sql).await.map_err(|e| e.to_string());
@@ -266,6 +323,7 @@ async fn typed_key_queries_match_postgresql() {
     for sql in [
         "SELECT id, bal, owner FROM acct ORDER BY id",
         "SELECT sensor, ts, v FROM ticks ORDER BY sensor, ts",
+        "SELECT site, day, hits FROM visits ORDER BY site, day",
     ] {
         assert_eq!(query(p, sql).await, query(t, sql).await, "{sql}");
     }
@@ -329,6 +387,19 @@ async fn typed_keys_are_key_spans_and_errors_are_clear() {
     );
     let plan = explain("SELECT bal FROM acct WHERE id = 2.5").await;
     assert!(plan.contains("Class: empty"), "{plan}");
+    let plan = explain(
+        "SELECT hits FROM visits WHERE site = -7 AND day >= '2026-11-01' AND day < '2026-12-01'",
+    )
+    .await;
+    assert!(plan.contains("Class: row-range"), "{plan}");
+    assert!(
+        plan.contains("PartitionKey = '-99992' (site = -7)")
+            && plan.contains("RowKey >= '2026-11-01' (day >= '2026-11-01')"),
+        "{plan}"
+    );
+    // Beyond smallint: no value qualifies, said as below the smallest.
+    let plan = explain("SELECT hits FROM visits WHERE site > 40000").await;
+    assert!(plan.contains("(site < -32768)"), "{plan}");
 
     let err = |sql: &'static str| {
         let t = &t;
@@ -345,6 +416,11 @@ async fn typed_keys_are_key_spans_and_errors_are_clear() {
     let (code, _) = err("INSERT INTO acct VALUES (NULL, 1, 'x')").await;
     assert_eq!(code, "23502");
     let (code, _) = err("SELECT bal FROM acct WHERE id = 'abc'").await;
+    assert_eq!(code, "22P02");
+    let (code, msg) = err("INSERT INTO visits VALUES (40000, '2026-01-01', 1)").await;
+    assert_eq!(code, "22003", "{msg}");
+    assert!(msg.contains("smallint out of range"), "{msg}");
+    let (code, _) = err("INSERT INTO visits VALUES (1, 'soon', 1)").await;
     assert_eq!(code, "22P02");
     t.batch_execute("INSERT INTO acct VALUES (7, 1, 'x')")
         .await

@@ -154,6 +154,27 @@ impl VisitorMut for PsqlCatalog {
                     *e = null();
                 }
             }
+            // generate_subscripts(a, 1) beside unnest(a) (SQLAlchemy's
+            // primary-key reflection): the positions 1..n as a list, unnested
+            // in step with it.
+            Expr::Function(f) if called(f, "generate_subscripts") => {
+                if let FunctionArguments::List(FunctionArgumentList { args, .. }) = &f.args
+                    && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(array))) = args.first()
+                {
+                    let n = Expr::Cast {
+                        kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+                        expr: Box::new(call("cardinality", vec![array.clone()])),
+                        data_type: datafusion::sql::sqlparser::ast::DataType::BigInt(None),
+                        array: false,
+                        format: None,
+                    };
+                    let one = Expr::value(datafusion::sql::sqlparser::ast::Value::Number(
+                        "1".into(),
+                        false,
+                    ));
+                    *e = call("unnest", vec![call("generate_series", vec![one, n])]);
+                }
+            }
             _ if is_acl(e) => *e = null(),
             Expr::Subquery(q) => {
                 if let SetExpr::Select(sel) = &mut *q.body

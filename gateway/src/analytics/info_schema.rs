@@ -36,12 +36,14 @@ const TABLES: [&str; 3] = ["tables", "columns", "schemata"];
 fn type_names(t: SqlType) -> (&'static str, &'static str) {
     match t {
         SqlType::Text => ("text", "text"),
+        SqlType::Int2 => ("smallint", "int2"),
         SqlType::Int4 => ("integer", "int4"),
         SqlType::Int8 => ("bigint", "int8"),
         SqlType::Float8 => ("double precision", "float8"),
         SqlType::Bool => ("boolean", "bool"),
         SqlType::Timestamptz => ("timestamp with time zone", "timestamptz"),
         SqlType::Timestamp => ("timestamp without time zone", "timestamp"),
+        SqlType::Date => ("date", "date"),
         SqlType::Uuid => ("uuid", "uuid"),
         SqlType::Bytea => ("bytea", "bytea"),
     }

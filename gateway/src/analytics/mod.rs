@@ -42,9 +42,10 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{SendableRecordBatchStream, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
-use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::context::{PgCatalogContextProvider, Role};
 use parking_lot::Mutex;
 use tablegate_catalog::SqlType;
+use tablegate_catalog::types::MICROS_PER_DAY;
 use tablegate_planner::{ExecOptions, Planner};
 use tablegate_store::Value;
 
@@ -242,6 +243,34 @@ pub struct EnginePlan {
     pub reason: String,
 }
 
+/// The roles `pg_roles` shows (psql's `\du`): the session's user, with
+/// every attribute, since tablegate has no privileges to withhold.
+#[derive(Debug, Clone)]
+struct SessionRoles {
+    user: String,
+}
+
+#[async_trait::async_trait]
+impl PgCatalogContextProvider for SessionRoles {
+    async fn roles(&self) -> Vec<String> {
+        vec![self.user.clone()]
+    }
+
+    async fn role(&self, name: &str) -> Option<Role> {
+        (name == self.user).then(|| Role {
+            name: name.to_owned(),
+            is_superuser: true,
+            can_login: true,
+            can_create_db: true,
+            can_create_role: true,
+            can_create_user: true,
+            can_replication: false,
+            grants: Vec::new(),
+            inherited_roles: Vec::new(),
+        })
+    }
+}
+
 impl Engine {
     /// A session of `user` over `planner`'s catalog and store.
     pub fn new(planner: Planner, pool: Pool, user: &str) -> Result<Engine, DataFusionError> {
@@ -276,8 +305,14 @@ impl Engine {
                 Arc::new(system::SystemSchema::new(planner.clone())),
             )?;
         let planner_for_fix = planner;
-        datafusion_pg_catalog::setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider)
-            .map_err(|e| *e)?;
+        datafusion_pg_catalog::setup_pg_catalog(
+            &ctx,
+            DATABASE,
+            SessionRoles {
+                user: user.to_owned(),
+            },
+        )
+        .map_err(|e| *e)?;
         let catalog = ctx
             .catalog(DATABASE)
             .ok_or_else(|| DataFusionError::Internal("no default catalog".into()))?;
@@ -674,13 +709,15 @@ fn cast_parameter_types(plan: &LogicalPlan) -> Vec<(String, DataType)> {
 
 fn sql_type(t: &DataType) -> SqlType {
     match t {
-        DataType::Int8 | DataType::Int16 | DataType::Int32 => SqlType::Int4,
+        DataType::Int8 | DataType::Int16 => SqlType::Int2,
+        DataType::Int32 => SqlType::Int4,
         DataType::Int64 | DataType::UInt32 | DataType::UInt64 => SqlType::Int8,
         DataType::Float16 | DataType::Float32 | DataType::Float64 => SqlType::Float8,
         DataType::Boolean => SqlType::Bool,
         DataType::Timestamp(_, Some(_)) => SqlType::Timestamptz,
         DataType::Timestamp(_, None) => SqlType::Timestamp,
         DataType::Binary | DataType::LargeBinary => SqlType::Bytea,
+        DataType::Date32 | DataType::Date64 => SqlType::Date,
         _ => SqlType::Text,
     }
 }
@@ -689,13 +726,26 @@ fn sql_type(t: &DataType) -> SqlType {
 fn scalar(v: Option<&Value>, t: SqlType) -> ScalarValue {
     let Some(v) = v else {
         return match t {
+            SqlType::Int2 => ScalarValue::Int16(None),
             SqlType::Int4 => ScalarValue::Int32(None),
             SqlType::Int8 => ScalarValue::Int64(None),
             SqlType::Float8 => ScalarValue::Float64(None),
             SqlType::Bool => ScalarValue::Boolean(None),
+            SqlType::Date => ScalarValue::Date32(None),
             _ => ScalarValue::Utf8(None),
         };
     };
+    match (v, t) {
+        (Value::Int32(i), SqlType::Int2) => ScalarValue::Int16(i16::try_from(*i).ok()),
+        (Value::DateTime(d), SqlType::Date) => {
+            ScalarValue::Date32(i32::try_from(d.micros().div_euclid(MICROS_PER_DAY)).ok())
+        }
+        _ => literal_of(v),
+    }
+}
+
+/// A store value as the DataFusion literal of its own type.
+fn literal_of(v: &Value) -> ScalarValue {
     match v {
         Value::String(s) => ScalarValue::Utf8(Some(s.clone())),
         Value::Int32(i) => ScalarValue::Int32(Some(*i)),

@@ -3,7 +3,9 @@
 //! types, and a uuid column is Arrow `FixedSizeBinary(16)`, which it reports
 //! as bytea: psql's `\d`, JDBC `getColumns` and SQLAlchemy reflection then
 //! show the wrong type. [`PgCatalogFix`] wraps the crate's schema and hands
-//! out a `pg_attribute` whose uuid columns say uuid (OID 2950, length 16).
+//! out a `pg_attribute` whose uuid columns say uuid (OID 2950, length 16),
+//! and a `pg_constraint` with each table's primary key (the crate's is
+//! empty), which SQLAlchemy's and JDBC's primary-key reflection read.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -38,6 +40,14 @@ impl PgCatalogFix {
     }
 }
 
+impl PgCatalogFix {
+    async fn table_required(&self, name: &str) -> Result<Arc<dyn TableProvider>> {
+        self.table(name)
+            .await?
+            .ok_or_else(|| DataFusionError::Internal(format!("pg_catalog has no {name}")))
+    }
+}
+
 #[async_trait]
 impl SchemaProvider for PgCatalogFix {
     fn table_names(&self) -> Vec<String> {
@@ -57,6 +67,12 @@ impl SchemaProvider for PgCatalogFix {
                     planner: self.planner.clone(),
                 })))
             }
+            ("pg_constraint", Some(constraints)) => Ok(Some(Arc::new(Constraints {
+                schema: with_key_arrays(&constraints.schema()),
+                classes: self.table_required("pg_class").await?,
+                attributes: self.table_required("pg_attribute").await?,
+                planner: self.planner.clone(),
+            }))),
             (_, table) => Ok(table),
         }
     }
@@ -77,13 +93,6 @@ struct Attributes {
 impl Attributes {
     /// The crate's rows, uuid columns corrected.
     async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>> {
-        let all = |t: &Arc<dyn TableProvider>| {
-            let t = t.clone();
-            async move {
-                let plan: Arc<dyn ExecutionPlan> = t.scan(state, None, &[], None).await?;
-                collect(plan, state.task_ctx()).await
-            }
-        };
         let uuid_columns: HashSet<(String, String)> = self
             .planner
             .catalog()
@@ -96,12 +105,12 @@ impl Attributes {
                     .map(|c| (t.name.clone(), c.name.clone()))
             })
             .collect();
-        let batches = all(&self.attributes).await?;
+        let batches = all_rows(&self.attributes, state).await?;
         if uuid_columns.is_empty() {
             return Ok(batches);
         }
         let mut relname: HashMap<i32, String> = HashMap::new();
-        for b in all(&self.classes).await? {
+        for b in all_rows(&self.classes, state).await? {
             let (Some(oid), Some(name)) = (b.column_by_name("oid"), b.column_by_name("relname"))
             else {
                 continue;
@@ -179,6 +188,193 @@ impl TableProvider for Attributes {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let rows = self.rows(state).await?;
         MemTable::try_new(self.schema(), vec![rows])?
+            .scan(state, projection, filters, limit)
+            .await
+    }
+}
+
+/// The crate's `pg_constraint` schema with `conkey` and `confkey` as the
+/// `int2[]` they are in PostgreSQL (the crate keeps them as text), so that
+/// `unnest(conkey)` works.
+fn with_key_arrays(schema: &SchemaRef) -> SchemaRef {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.name().as_str() {
+            "conkey" | "confkey" => Field::new(
+                f.name(),
+                DataType::List(Arc::new(Field::new("item", DataType::Int16, true))),
+                true,
+            ),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// Reads every row of a catalog table.
+async fn all_rows(t: &Arc<dyn TableProvider>, state: &dyn Session) -> Result<Vec<RecordBatch>> {
+    let plan: Arc<dyn ExecutionPlan> = t.scan(state, None, &[], None).await?;
+    collect(plan, state.task_ctx()).await
+}
+
+/// `pg_constraint`: one `p` row per table with a declared primary key,
+/// `<table>_pkey` as PostgreSQL names it, its `conkey` the key columns'
+/// numbers in `pg_attribute`.
+#[derive(Debug)]
+struct Constraints {
+    schema: SchemaRef,
+    classes: Arc<dyn TableProvider>,
+    attributes: Arc<dyn TableProvider>,
+    planner: Planner,
+}
+
+/// One primary key: the table's oid and namespace, its name, and its
+/// columns' numbers in key order.
+struct PrimaryKey {
+    rel: i32,
+    namespace: i32,
+    name: String,
+    columns: Vec<i16>,
+}
+
+impl Constraints {
+    async fn keys(&self, state: &dyn Session) -> Result<Vec<PrimaryKey>> {
+        // The crate numbers tables as its pg_class scan meets them; the
+        // same session's pg_class gives the same oids.
+        let mut tables: HashMap<String, (i32, i32)> = HashMap::new();
+        for b in all_rows(&self.classes, state).await? {
+            let (Some(oid), Some(name), Some(ns)) = (
+                b.column_by_name("oid"),
+                b.column_by_name("relname"),
+                b.column_by_name("relnamespace"),
+            ) else {
+                continue;
+            };
+            let (oid, name, ns) = (
+                oid.as_primitive::<Int32Type>(),
+                name.as_string::<i32>(),
+                ns.as_primitive::<Int32Type>(),
+            );
+            for i in 0..b.num_rows() {
+                tables.insert(name.value(i).to_owned(), (oid.value(i), ns.value(i)));
+            }
+        }
+        let mut attnums: HashMap<(i32, String), i16> = HashMap::new();
+        for b in all_rows(&self.attributes, state).await? {
+            let (Some(rel), Some(name), Some(num)) = (
+                b.column_by_name("attrelid"),
+                b.column_by_name("attname"),
+                b.column_by_name("attnum"),
+            ) else {
+                continue;
+            };
+            let (rel, name, num) = (
+                rel.as_primitive::<Int32Type>(),
+                name.as_string::<i32>(),
+                num.as_primitive::<datafusion::arrow::datatypes::Int16Type>(),
+            );
+            for i in 0..b.num_rows() {
+                attnums.insert((rel.value(i), name.value(i).to_owned()), num.value(i));
+            }
+        }
+        let mut keys = Vec::new();
+        for t in self.planner.catalog().tables() {
+            let Some(&(rel, namespace)) = tables.get(&t.name) else {
+                continue;
+            };
+            let key: Vec<&str> = std::iter::once(t.partition_key.as_str())
+                .chain(t.row_key.as_deref())
+                .collect();
+            // Hidden keys (a table declared without a primary key) are no
+            // constraint the user made.
+            let hidden = t
+                .columns
+                .iter()
+                .any(|c| c.hidden && key.contains(&c.name.as_str()));
+            let columns: Option<Vec<i16>> = key
+                .iter()
+                .map(|c| attnums.get(&(rel, (*c).to_owned())).copied())
+                .collect();
+            if let (false, Some(columns)) = (hidden, columns) {
+                keys.push(PrimaryKey {
+                    rel,
+                    namespace,
+                    name: format!("{}_pkey", t.name),
+                    columns,
+                });
+            }
+        }
+        Ok(keys)
+    }
+
+    fn batch(&self, keys: &[PrimaryKey]) -> Result<RecordBatch> {
+        use datafusion::common::ScalarValue as S;
+        let mut columns = Vec::with_capacity(self.schema.fields().len());
+        for f in self.schema.fields() {
+            let values = keys
+                .iter()
+                .map(|k| {
+                    let v = match f.name().as_str() {
+                        // Above the range the crate hands tables.
+                        "oid" => S::Int32(Some(k.rel.saturating_add(1 << 24))),
+                        "conname" => S::Utf8(Some(k.name.clone())),
+                        "connamespace" => S::Int32(Some(k.namespace)),
+                        "contype" => S::Utf8(Some("p".into())),
+                        "condeferrable" | "condeferred" => S::Boolean(Some(false)),
+                        "convalidated" | "conislocal" | "connoinherit" => S::Boolean(Some(true)),
+                        "conrelid" => S::Int32(Some(k.rel)),
+                        "contypid" | "conindid" | "conparentid" | "confrelid" | "coninhcount" => {
+                            S::Int32(Some(0))
+                        }
+                        "conkey" => S::List(S::new_list_nullable(
+                            &k.columns
+                                .iter()
+                                .map(|n| S::Int16(Some(*n)))
+                                .collect::<Vec<_>>(),
+                            &datafusion::arrow::datatypes::DataType::Int16,
+                        )),
+                        // `' '` as PostgreSQL's non-foreign keys have.
+                        "confupdtype" | "confdeltype" | "confmatchtype" => {
+                            S::Utf8(Some(" ".into()))
+                        }
+                        _ if f.is_nullable() => S::try_from(f.data_type())?,
+                        _ => S::new_default(f.data_type())?,
+                    };
+                    v.cast_to(f.data_type())
+                })
+                .collect::<Result<Vec<_>>>()?;
+            columns.push(if values.is_empty() {
+                datafusion::arrow::array::new_empty_array(f.data_type())
+            } else {
+                S::iter_to_array(values)?
+            });
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+}
+
+#[async_trait]
+impl TableProvider for Constraints {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let keys = self.keys(state).await?;
+        let batch = self.batch(&keys)?;
+        MemTable::try_new(self.schema(), vec![vec![batch]])?
             .scan(state, projection, filters, limit)
             .await
     }

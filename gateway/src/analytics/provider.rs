@@ -33,6 +33,7 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 use parking_lot::Mutex;
+use tablegate_catalog::types::MICROS_PER_DAY;
 use tablegate_catalog::{ColumnRef, SqlType, TableDef};
 use tablegate_planner::expr::{BExpr, Count, flip};
 use tablegate_planner::keys::render_spans;
@@ -107,8 +108,14 @@ fn literal(v: &ScalarValue, ty: SqlType) -> Option<Value> {
             | ScalarValue::Utf8View(Some(s)),
             SqlType::Text,
         ) => Value::String(s.clone()),
-        (ScalarValue::Int8(Some(i)), SqlType::Int4) => Value::Int32((*i).into()),
-        (ScalarValue::Int16(Some(i)), SqlType::Int4) => Value::Int32((*i).into()),
+        (ScalarValue::Int8(Some(i)), SqlType::Int2 | SqlType::Int4) => Value::Int32((*i).into()),
+        (ScalarValue::Int16(Some(i)), SqlType::Int2 | SqlType::Int4) => Value::Int32((*i).into()),
+        (ScalarValue::Int32(Some(i)), SqlType::Int2) => {
+            Value::Int32(i16::try_from(*i).ok()?.into())
+        }
+        (ScalarValue::Int64(Some(i)), SqlType::Int2) => {
+            Value::Int32(i16::try_from(*i).ok()?.into())
+        }
         (ScalarValue::Int32(Some(i)), SqlType::Int4) => Value::Int32(*i),
         (ScalarValue::Int64(Some(i)), SqlType::Int4) => Value::Int32(i32::try_from(*i).ok()?),
         (ScalarValue::Int32(Some(i)), SqlType::Int8) => Value::Int64((*i).into()),
@@ -123,6 +130,9 @@ fn literal(v: &ScalarValue, ty: SqlType) -> Option<Value> {
             ScalarValue::TimestampNanosecond(Some(t), _),
             SqlType::Timestamptz | SqlType::Timestamp,
         ) if t % 1000 == 0 => Value::DateTime(tablegate_store::DateTime(t / 1000)),
+        (ScalarValue::Date32(Some(d)), SqlType::Date) => {
+            Value::DateTime(tablegate_store::DateTime(i64::from(*d) * MICROS_PER_DAY))
+        }
         (ScalarValue::FixedSizeBinary(16, Some(b)), SqlType::Uuid) => {
             Value::Guid(b.as_slice().try_into().ok()?)
         }

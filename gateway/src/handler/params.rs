@@ -129,6 +129,14 @@ pub(super) fn decode_param(
         Type::TIMESTAMP => portal_param::<chrono::NaiveDateTime>(portal, i, &declared)
             .map_err(bad)?
             .map(|t| Value::DateTime(tablegate_store::DateTime(t.and_utc().timestamp_micros()))),
+        Type::DATE => portal_param::<chrono::NaiveDate>(portal, i, &declared)
+            .map_err(bad)?
+            .map(|d| {
+                let midnight = d.and_hms_opt(0, 0, 0).expect("midnight exists");
+                Value::DateTime(tablegate_store::DateTime(
+                    midnight.and_utc().timestamp_micros(),
+                ))
+            }),
         // Binary-format bytea and uuid are their raw bytes (text format
         // goes through the column type's text parser below).
         Type::BYTEA | Type::UUID if portal.parameter_format.is_binary(i) => {
@@ -163,13 +171,20 @@ pub(super) fn decode_param(
     Ok(match (v, want) {
         (None, _) => None,
         (v, _) if open => v,
-        (Some(Value::Int64(n)), SqlType::Int4) => {
-            Some(Value::Int32(i32::try_from(n).map_err(|_| {
-                PgError::numeric_value_out_of_range(format!(
-                    "parameter ${}: {n} is out of range for type integer",
-                    i + 1
-                ))
-            })?))
+        (Some(Value::Int64(n)), SqlType::Int2 | SqlType::Int4) => {
+            let (min, max) = want.int_range().expect("an integer type");
+            if !(min..=max).contains(&n) {
+                return Err(PgError::numeric_value_out_of_range(format!(
+                    "parameter ${}: {n} is out of range for type {}",
+                    i + 1,
+                    want.pg_name()
+                )));
+            }
+            Some(Value::Int32(n as i32))
+        }
+        // A timestamp bound to a date keeps its day, as a cast does.
+        (Some(Value::DateTime(t)), SqlType::Date) => {
+            Some(Value::DateTime(tablegate_catalog::types::date_of(t)))
         }
         (Some(Value::Int64(n)), SqlType::Float8) => Some(Value::Double(n as f64)),
         (Some(v), want) if v.edm_type() == want.edm() => Some(v),

@@ -231,17 +231,7 @@ impl ConnHandler {
         let mut defs = Vec::with_capacity(schema.fields().len());
         for (i, f) in schema.fields().iter().enumerate() {
             let col = columns.get(i).map_or(f.name().as_str(), String::as_str);
-            let ty = match table_type(f.data_type()) {
-                SqlType::Text => "text",
-                SqlType::Int4 => "integer",
-                SqlType::Int8 => "bigint",
-                SqlType::Float8 => "double precision",
-                SqlType::Bool => "boolean",
-                SqlType::Timestamptz => "timestamptz",
-                SqlType::Timestamp => "timestamp",
-                SqlType::Uuid => "uuid",
-                SqlType::Bytea => "bytea",
-            };
+            let ty = table_type(f.data_type()).pg_name();
             defs.push(format!("\"{}\" {ty}", col.replace('"', "\"\"")));
         }
         let ddl = format!(
@@ -275,12 +265,13 @@ impl ConnHandler {
 }
 
 /// The column type `CREATE TABLE ... AS` gives a result column: the
-/// store's nearest type (numeric and real become double precision; dates,
-/// times, intervals and arrays keep their text).
+/// store's nearest type (numeric and real become double precision; times,
+/// intervals and arrays keep their text).
 fn table_type(dt: &arrow_schema::DataType) -> SqlType {
     use arrow_schema::DataType as D;
     match dt {
-        D::Int8 | D::Int16 | D::Int32 | D::UInt8 | D::UInt16 => SqlType::Int4,
+        D::Int8 | D::Int16 | D::UInt8 => SqlType::Int2,
+        D::Int32 | D::UInt16 => SqlType::Int4,
         D::Int64 | D::UInt32 | D::UInt64 => SqlType::Int8,
         D::Float16 | D::Float32 | D::Float64 | D::Decimal128(..) | D::Decimal256(..) => {
             SqlType::Float8
@@ -290,6 +281,7 @@ fn table_type(dt: &arrow_schema::DataType) -> SqlType {
         D::FixedSizeBinary(16) => SqlType::Uuid,
         D::Timestamp(_, Some(_)) => SqlType::Timestamptz,
         D::Timestamp(_, None) => SqlType::Timestamp,
+        D::Date32 | D::Date64 => SqlType::Date,
         _ => SqlType::Text,
     }
 }

@@ -168,8 +168,8 @@ pub(super) fn in_column_type(col: &BExpr, field: Field, op: CmpOp, value: Value)
         op,
         value,
     };
-    let ty = match col {
-        BExpr::Column(c) => c.ty.edm(),
+    let (sql_ty, ty) = match col {
+        BExpr::Column(c) => (c.ty, c.ty.edm()),
         _ => return cmp(op, value),
     };
     let n: i128 = match (&value, ty) {
@@ -206,13 +206,14 @@ pub(super) fn in_column_type(col: &BExpr, field: Field, op: CmpOp, value: Value)
         },
         _ => return cmp(op, value),
     };
-    let (min, max, make): (i128, i128, fn(i128) -> Value) = match ty {
-        EdmType::Int32 => (i128::from(i32::MIN), i128::from(i32::MAX), |n| {
-            Value::Int32(n as i32)
-        }),
-        EdmType::Int64 => (i128::from(i64::MIN), i128::from(i64::MAX), |n| {
-            Value::Int64(n as i64)
-        }),
+    // The column's own range (a smallint is an Int32 kept to 16 bits).
+    let Some((min, max)) = sql_ty.int_range() else {
+        return cmp(op, value);
+    };
+    let (min, max) = (i128::from(min), i128::from(max));
+    let make: fn(i128) -> Value = match ty {
+        EdmType::Int32 => |n| Value::Int32(n as i32),
+        EdmType::Int64 => |n| Value::Int64(n as i64),
         _ => return cmp(op, value),
     };
     if (min..=max).contains(&n) {

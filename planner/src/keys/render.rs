@@ -49,7 +49,7 @@ fn render_interval(
                 Some(v) => s.push_str(&format!(
                     " ({} {op} {})",
                     c.name,
-                    crate::expr::sql_literal(&v)
+                    crate::expr::sql_literal_as(&v, c.ty)
                 )),
                 None => s.push_str(&format!(" (not a {} key)", c.ty.pg_name())),
             }
