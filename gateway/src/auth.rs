@@ -21,7 +21,9 @@ use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::startup::PasswordMessageFamily;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
-use tablegate_store::{EntityWrite, Operation, StoreError, TableStore, Value};
+use tablegate_store::{
+    EntityWrite, KeyBox, Operation, PageRequest, Query, StoreError, TableStore, Value,
+};
 
 use crate::cancel::{CancelRegistry, CancelSignal};
 
@@ -41,7 +43,7 @@ pub enum AuthMode {
 }
 
 /// Users and their SCRAM verifiers, in the store.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct UserStore {
     system: Arc<dyn TableStore>,
 }
@@ -61,6 +63,31 @@ impl UserStore {
             Err(e) => return Err(e),
         }
         Ok(UserStore { system })
+    }
+
+    /// The users already in `system`, without creating their table (a
+    /// server in trust mode has none).
+    pub fn existing(system: Arc<dyn TableStore>) -> UserStore {
+        UserStore { system }
+    }
+
+    /// Every user with a verifier, in name order.
+    pub async fn names(&self) -> Result<Vec<String>, StoreError> {
+        let query = Query::spans(vec![KeyBox::partition(USERS_PARTITION)]);
+        let mut page = PageRequest::default();
+        let mut names = Vec::new();
+        loop {
+            let p = match self.system.query(USERS_TABLE, &query, &page).await {
+                Ok(p) => p,
+                Err(StoreError::TableNotFound { .. }) => return Ok(names),
+                Err(e) => return Err(e),
+            };
+            names.extend(p.entities.into_iter().map(|e| e.row_key));
+            match p.continuation {
+                Some(c) => page.continuation = Some(c),
+                None => return Ok(names),
+            }
+        }
     }
 
     /// Creates or replaces a user's verifier from a password (which is

@@ -384,12 +384,31 @@ impl From<&datafusion::common::DataFusionError> for PgError {
             D::ResourcesExhausted(m) => PgError::new("53200", format!("out of memory: {m}"))
                 .hint("the analytics engine's memory (engine_memory_mb, shared by all sessions) was reached: narrow the query or aggregate less data"),
             D::SchemaError(schema, _) => {
-                let code = match **schema {
-                    datafusion::common::SchemaError::FieldNotFound { .. } => "42703",
-                    datafusion::common::SchemaError::AmbiguousReference { .. } => "42702",
-                    _ => "42701",
-                };
-                PgError::new(code, e.strip_backtrace())
+                use datafusion::common::SchemaError as S;
+                match &**schema {
+                    S::FieldNotFound { field, .. } => {
+                        let err =
+                            PgError::new("42703", format!("column {} does not exist", column(field)));
+                        match suggestion(&e.strip_backtrace()) {
+                            Some(s) => err.hint(format!(
+                                "Perhaps you meant to reference the column \"{s}\"."
+                            )),
+                            None => err,
+                        }
+                    }
+                    S::AmbiguousReference { field } => PgError::new(
+                        "42702",
+                        format!("column reference \"{}\" is ambiguous", field.name),
+                    ),
+                    S::DuplicateQualifiedField { qualifier, name } => PgError::new(
+                        "42701",
+                        format!("column \"{name}\" specified more than once in {qualifier}"),
+                    ),
+                    S::DuplicateUnqualifiedField { name } => PgError::new(
+                        "42701",
+                        format!("column \"{name}\" specified more than once"),
+                    ),
+                }
             }
             // DataFusion says these only in text (a `Plan` or `Execution`
             // string, no variant of their own); PostgreSQL's words.
@@ -408,6 +427,22 @@ impl From<&datafusion::common::DataFusionError> for PgError {
                     )
                     .hint("aggregate it (max(), min(), count(), …) so it returns one row per outer row, or write it as a LEFT JOIN");
                 }
+                // An unknown table or function in PostgreSQL's words.
+                if let Some(table) = m
+                    .strip_prefix("table '")
+                    .and_then(|t| t.strip_suffix("' not found"))
+                {
+                    let name = table.rsplit('.').next().unwrap_or(table);
+                    return PgError::new("42P01", format!("relation \"{name}\" does not exist"));
+                }
+                if let Some(rest) = m.strip_prefix("Invalid function '")
+                    && let Some((name, _)) = rest.split_once('\'')
+                {
+                    // DataFusion always suggests its nearest name, however
+                    // far; PostgreSQL's hint does not guess.
+                    return PgError::new("42883", format!("function {name}() does not exist"))
+                        .hint("No function matches the given name. You might need to add explicit type casts.");
+                }
                 let code = if lower.contains("table") && lower.contains("not found") {
                     "42P01"
                 } else if lower.contains("divide by zero") || lower.contains("division by zero") {
@@ -424,11 +459,30 @@ impl From<&datafusion::common::DataFusionError> for PgError {
                 } else {
                     "XX000"
                 };
-                PgError::new(code, e.strip_backtrace())
+                // The message without DataFusion's "Error during planning: "
+                // or "Execution error: ".
+                PgError::new(code, m.trim_end())
             }
             other => PgError::new("XX000", other.strip_backtrace()),
         }
     }
+}
+
+/// A column as PostgreSQL's 42703 names it: `"c"` alone, `t.c` qualified.
+#[cfg(feature = "analytics")]
+fn column(c: &datafusion::common::Column) -> String {
+    match &c.relation {
+        Some(r) => format!("{}.{}", r.table(), c.name),
+        None => format!("\"{}\"", c.name),
+    }
+}
+
+/// What DataFusion's message suggests (`Did you mean 'o.qty'?`), unquoted.
+#[cfg(feature = "analytics")]
+fn suggestion(message: &str) -> Option<String> {
+    let (_, rest) = message.split_once("Did you mean '")?;
+    let (name, _) = rest.split_once("'?")?;
+    Some(name.replace('"', ""))
 }
 
 /// An error the engine carried from our own code (a scan's store or

@@ -11,8 +11,9 @@
 //! ([`crate::apply`]) evaluates them.
 //!
 //! Deliberately limited: values are constants, parameters, columns,
-//! `EXCLUDED.column`, arithmetic, `||`, casts, `now()` and
-//! `gen_random_uuid()`. Anything else is refused at plan time, so a write
+//! `EXCLUDED.column`, arithmetic, `||`, casts, `now()`,
+//! `gen_random_uuid()` and, where the row's columns may be read (UPDATE's
+//! and ON CONFLICT's SET), CASE over WHERE-style conditions. Anything else is refused at plan time, so a write
 //! never needs the analytics engine to compute a value.
 
 use std::sync::Arc;
@@ -22,7 +23,8 @@ use tablegate_catalog::{ColumnDefault, ColumnRef, SqlType, TableDef};
 use tablegate_store::{Entity, Value};
 
 use crate::error::{PlanError, Result};
-use crate::expr::{Binder, char_position, fold};
+use crate::expr::{BExpr, Binder, char_position, fold};
+use crate::keys::to_filter;
 
 /// Arithmetic operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +68,10 @@ pub enum VExpr {
     Now,
     /// `gen_random_uuid()`.
     RandomUuid,
+    /// `CASE [x] WHEN … THEN … [ELSE …] END`: the first arm whose condition,
+    /// a predicate on the current row evaluated as WHERE evaluates it, is
+    /// true; else the `ELSE` value (NULL without one).
+    Case(Vec<(BExpr, VExpr)>, Box<VExpr>),
 }
 
 /// A row proposed for insertion: every user column's value. The columns
@@ -196,6 +202,27 @@ impl VExpr {
             },
             VExpr::Now => Some(Value::DateTime(tablegate_store::DateTime(now_micros()))),
             VExpr::RandomUuid => Some(Value::Guid(*uuid::Uuid::new_v4().as_bytes())),
+            VExpr::Case(arms, otherwise) => {
+                // Bound only where the row's columns may be read, so the
+                // row is there.
+                let Some(row) = ctx.current else {
+                    return Err(PlanError::Unsupported {
+                        feature: "CASE without a current row".into(),
+                        hint: CASE_HINT.into(),
+                    });
+                };
+                for (condition, value) in arms {
+                    let condition = condition.substitute(ctx.params)?;
+                    let filter = to_filter(&condition).ok_or_else(|| PlanError::Unsupported {
+                        feature: "this CASE condition in a write".into(),
+                        hint: CASE_HINT.into(),
+                    })?;
+                    if filter.eval(row) == Some(true) {
+                        return value.eval(ctx);
+                    }
+                }
+                otherwise.eval(ctx)?
+            }
         })
     }
 }
@@ -341,6 +368,9 @@ pub fn assign(e: &VExpr, col: &ColumnRef, ctx: &EvalCtx<'_>) -> Result<Option<Va
     v.map(|v| cast(v, col.ty, &col.name)).transpose()
 }
 
+/// What a CASE condition in a write may be.
+const CASE_HINT: &str = "a CASE condition in a write compares the row's columns with constants or parameters, as WHERE does";
+
 /// Binds value expressions of one write statement. Made where needed and
 /// dropped again: it borrows the statement's binder mutably (to note
 /// parameter types), and the planner needs that binder in between.
@@ -357,7 +387,7 @@ impl ValueBinder<'_, '_> {
     fn unsupported(e: &Expr) -> PlanError {
         PlanError::Unsupported {
             feature: format!("expression {e} in a write"),
-            hint: "write values as constants, parameters, columns, EXCLUDED.column, arithmetic, ||, casts, now() or gen_random_uuid(); compute others in the client".into(),
+            hint: "write values as constants, parameters, columns, EXCLUDED.column, arithmetic, ||, casts, now(), gen_random_uuid() or (in SET) CASE; compute others in the client".into(),
         }
     }
 
@@ -506,6 +536,37 @@ impl ValueBinder<'_, '_> {
                     other => other.to_string(),
                 };
                 VExpr::Lit(to.parse_text(&text)?)
+            }
+            Expr::Case {
+                operand,
+                conditions,
+                else_result,
+                ..
+            } if self.columns => {
+                let mut arms = Vec::with_capacity(conditions.len());
+                for w in conditions {
+                    let condition = match operand {
+                        Some(x) => Expr::BinaryOp {
+                            left: x.clone(),
+                            op: BinaryOperator::Eq,
+                            right: Box::new(w.condition.clone()),
+                        },
+                        None => w.condition.clone(),
+                    };
+                    let condition = self.b.predicate(&condition)?;
+                    if condition.has_opaque() {
+                        return Err(PlanError::Unsupported {
+                            feature: format!("CASE condition {} in a write", w.condition),
+                            hint: CASE_HINT.into(),
+                        });
+                    }
+                    arms.push((condition, self.bind(&w.result, ty, false)?));
+                }
+                let otherwise = match else_result {
+                    Some(e) => self.bind(e, ty, false)?,
+                    None => VExpr::Null,
+                };
+                VExpr::Case(arms, Box::new(otherwise))
             }
             Expr::Function(f) => {
                 let name = f.name.to_string().to_ascii_lowercase();

@@ -3,7 +3,8 @@ parses server_version and calls version(), current_schema(),
 standard_conforming_strings), Core DDL, inserts and parameterized selects,
 the ORM (mapped classes with text, integer and uuid primary keys; tablegate keeps
 varchar as text, so the model says Text, add/get/query/update/
-delete in sessions), reflection (table names, columns with types) and a few functions drivers call. Prints one line per result; the
+delete in sessions), reflection (table names, columns with types, Table(autoload_with=),
+MetaData.reflect()) and a few functions drivers call. Prints one line per result; the
 test runs it against tablegate and PostgreSQL 15 and compares the lines.
 Usage: sqlalchemy_client.py URL tablegate|postgresql"""
 
@@ -192,4 +193,27 @@ for t in ["sa_orders", "sa_customers", "sa_tickets", "sa_devices", "sa_notes"]:
     pk = insp.get_pk_constraint(t)
     out(f"{t} primary key", (pk["name"], pk["constrained_columns"]))
 out("has_table", (insp.has_table("sa_orders"), insp.has_table("sa_nope")))
+# Table(autoload_with=) and MetaData.reflect() read every kind of
+# constraint, index and comment (pg_index's int2vector indkey is unnested).
+for t in ["sa_orders", "sa_tickets", "sa_devices"]:
+    out(f"{t} indexes", insp.get_indexes(t))
+    out(f"{t} foreign keys", insp.get_foreign_keys(t))
+    out(f"{t} unique", insp.get_unique_constraints(t))
+    out(f"{t} checks", insp.get_check_constraints(t))
+    out(f"{t} comment", insp.get_table_comment(t))
+    loaded = Table(t, MetaData(), autoload_with=engine)
+    out(
+        f"{t} autoload",
+        (
+            [(c.name, str(c.type)) for c in loaded.columns if c.name != "timestamp"],
+            [c.name for c in loaded.primary_key.columns],
+            sorted(i.name for i in loaded.indexes),
+        ),
+    )
+reflected = MetaData()
+reflected.reflect(engine, only=["sa_orders", "sa_customers", "sa_notes"])
+out("reflect", sorted((t.name, [c.name for c in t.primary_key.columns]) for t in reflected.sorted_tables))
+with Session(engine) as s:
+    orders = reflected.tables["sa_orders"]
+    out("reflected select", s.execute(select(func.count()).select_from(orders)).scalar())
 print("sqlalchemy ok")

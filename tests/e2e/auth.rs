@@ -22,6 +22,7 @@ async fn scram_accepts_the_right_password_only() {
             entry.display()
         );
     }
+    set_user(dir.path(), "bob", "another one");
     let data = dir.path().to_owned();
     let s = TestServer::demo_in(dir, &["--auth", "scram", "--throttle", "off"]);
     let conn = |user: &str, password: &str| {
@@ -36,6 +37,26 @@ async fn scram_accepts_the_right_password_only() {
             .unwrap();
     tokio::spawn(connection);
     client.simple_query("SELECT version()").await.unwrap();
+    // pg_roles (psql's \du) lists every user who can log in, and
+    // current_user is the one who did.
+    let rows = client
+        .query(
+            "SELECT rolname, rolcanlogin, current_user FROM pg_catalog.pg_roles ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let roles: Vec<(String, bool, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("alice".into(), true, "alice".into()),
+            ("bob".into(), true, "alice".into())
+        ]
+    );
     for (user, password) in [("alice", "wrong"), ("mallory", "correct horse battery")] {
         let err = match tokio_postgres::connect(&conn(user, password), NoTls).await {
             Ok(_) => panic!("{user} logged in with a wrong password"),
@@ -73,10 +94,14 @@ async fn scram_accepts_the_right_password_only() {
 /// `tablegate user set alice` with password `correct horse battery`
 /// (from TABLEGATE_PASSWORD); its stdout.
 fn set_alice(data: &std::path::Path) -> String {
+    set_user(data, "alice", "correct horse battery")
+}
+
+fn set_user(data: &std::path::Path, user: &str, password: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
-        .args(["user", "set", "alice", "--data"])
+        .args(["user", "set", user, "--data"])
         .arg(data)
-        .env("TABLEGATE_PASSWORD", "correct horse battery")
+        .env("TABLEGATE_PASSWORD", password)
         .output()
         .unwrap();
     assert!(

@@ -224,6 +224,14 @@ fn psql_describes_tables_databases_and_schemas() {
         ("\\dC", "List of casts"),
         ("\\dD", "List of domains"),
         ("\\dx", "List of installed extensions"),
+        ("\\dO", "List of collations"),
+        ("\\dL", "List of languages"),
+        ("\\db", "List of tablespaces"),
+        ("\\deu", "List of user mappings"),
+        ("\\drds", "settings"),
+        ("\\dX", "List of extended statistics"),
+        ("\\dconfig", "configuration parameters"),
+        ("\\dg", "List of roles"),
         ("\\conninfo", "You are connected to database \"tablegate\""),
     ] {
         let (out, err, ok) = psql(&s, &[command]);

@@ -148,7 +148,9 @@ fn on_conflict(r: &mut Rng) -> String {
     match r.below(7) {
         0 => "ON CONFLICT (pk, rk) DO UPDATE SET n = EXCLUDED.n".into(),
         1 => "ON CONFLICT (pk, rk) DO UPDATE SET s = EXCLUDED.s".into(),
-        2 => format!("ON CONFLICT (pk, rk) DO UPDATE SET n = kvt.n + {k}"),
+        2 => format!(
+            "ON CONFLICT (pk, rk) DO UPDATE SET n = CASE WHEN kvt.n > {k} THEN kvt.n + {k} ELSE EXCLUDED.n END"
+        ),
         3 => "ON CONFLICT (pk, rk) DO UPDATE SET n = kvt.n + EXCLUDED.n, d = EXCLUDED.d".into(),
         4 => "ON CONFLICT (pk, rk) DO UPDATE SET n = EXCLUDED.n, s = EXCLUDED.s, d = EXCLUDED.d"
             .into(),
@@ -272,10 +274,22 @@ fn step(r: &mut Rng, present: &[Row]) -> Step {
         },
         // UPDATE with literals.
         12..=14 => {
-            let set = match r.below(5) {
+            let set = match r.below(7) {
                 0 | 1 => format!("n = n + {}", r.below(7) + 1),
                 2 => format!("s = {}", r.text().1),
                 3 => "d = NULL".to_owned(),
+                // CASE conditions read the row as WHERE does: NULL is not
+                // true, and a missing ELSE is NULL.
+                4 => format!(
+                    "n = CASE WHEN n > {} THEN n - 1 WHEN s IS NULL THEN {} ELSE n + 1 END",
+                    r.int(),
+                    r.int()
+                ),
+                5 => format!(
+                    "s = CASE WHEN d < 0 THEN 'neg' WHEN d >= {} THEN s || '+' END, d = CASE rk WHEN {} THEN 0 ELSE d END",
+                    r.double().1,
+                    r.text().1
+                ),
                 _ => format!("n = {}, s = NULL, d = {}", r.int(), r.double().1),
             };
             Step::plain(format!(

@@ -113,8 +113,10 @@ impl SqlDialect {
 /// PostgreSQL answers for a database with no privileges granted, no
 /// options, policies or role memberships:
 /// - `ARRAY(subquery)`: NULL (a list of none of those);
-/// - privilege and option columns (`relacl`, `nspacl`, `reloptions`, …),
-///   and `array_to_string` of anything built from them: NULL;
+/// - privilege and option columns (`relacl`, `nspacl`, `reloptions`,
+///   `setconfig`, …), `pg_settings.boot_val`, the system column
+///   `tableoid` (`\\dL` joins descriptions on it), and `array_to_string`
+///   of anything built from them: NULL;
 /// - a correlated scalar subquery whose item is not an aggregate (`\\dT`'s
 ///   `(SELECT c.relkind = 'c' FROM pg_class c WHERE c.oid = t.typrelid)`):
 ///   its item is wrapped in `max()`, the same value when it matches one row
@@ -175,6 +177,20 @@ impl VisitorMut for PsqlCatalog {
                     *e = call("unnest", vec![call("generate_series", vec![one, n])]);
                 }
             }
+            // PostgreSQL 15's name for what the catalog (PostgreSQL 17's
+            // columns) calls colllocale; psql 15's `\\dO` asks for it.
+            Expr::Identifier(i) if i.value.eq_ignore_ascii_case("colliculocale") => {
+                i.value = "colllocale".into();
+            }
+            Expr::CompoundIdentifier(ids)
+                if ids
+                    .last()
+                    .is_some_and(|i| i.value.eq_ignore_ascii_case("colliculocale")) =>
+            {
+                if let Some(i) = ids.last_mut() {
+                    i.value = "colllocale".into();
+                }
+            }
             _ if is_acl(e) => *e = null(),
             Expr::Subquery(q) => {
                 if let SetExpr::Select(sel) = &mut *q.body
@@ -206,7 +222,11 @@ fn unanswered_column(e: &Expr) -> bool {
         _ => return false,
     };
     let name = name.to_ascii_lowercase();
-    name.ends_with("acl") || name == "reloptions"
+    name.ends_with("acl")
+        || matches!(
+            name.as_str(),
+            "reloptions" | "setconfig" | "boot_val" | "tableoid"
+        )
 }
 
 /// `e` reads an [`unanswered_column`] or is built from `ARRAY(subquery)`.

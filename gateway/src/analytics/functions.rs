@@ -63,6 +63,29 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Settings>>)
         }),
     ));
     ctx.register_udf(ScalarUDF::from(CurrentSetting::new(session)));
+    ctx.register_udf(ScalarUDF::from(Format::new()));
+    // One encoding (UTF8, number 6) and no tablespaces of PostgreSQL's kind.
+    ctx.register_udf(ScalarUDF::from(Constant::new(
+        "pg_char_to_encoding",
+        &[1],
+        ScalarValue::Int32(Some(6)),
+    )));
+    ctx.register_udf(ScalarUDF::from(Constant::new(
+        "getdatabaseencoding",
+        &[0],
+        ScalarValue::Utf8(Some("UTF8".into())),
+    )));
+    // No indexes of PostgreSQL's kind have a definition to show.
+    ctx.register_udf(ScalarUDF::from(Constant::new(
+        "pg_get_indexdef",
+        &[1, 3],
+        ScalarValue::Utf8(None),
+    )));
+    ctx.register_udf(ScalarUDF::from(Constant::new(
+        "pg_tablespace_location",
+        &[1],
+        ScalarValue::Utf8(Some(String::new())),
+    )));
     // Every type and function is in pg_catalog, always on the search path.
     for name in [
         "pg_type_is_visible",
@@ -333,6 +356,203 @@ impl ScalarUDFImpl for CurrentSetting {
     }
 }
 
+/// `format(formatstr, args…)`: PostgreSQL's `%s`, `%I`, `%L` and `%%`, with
+/// `n$` positions and `-`/width padding.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Format {
+    signature: Signature,
+}
+
+impl Format {
+    fn new() -> Self {
+        Format {
+            signature: Signature::variadic_any(Volatility::Stable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for Format {
+    fn name(&self) -> &str {
+        "format"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        if args.args.is_empty() {
+            return exec_err!("function format() requires at least one argument");
+        }
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let texts = arrays.iter().map(pg_texts).collect::<Result<Vec<_>>>()?;
+        let rows = arrays.first().map_or(0, |a| a.len());
+        let mut out = datafusion::arrow::array::StringBuilder::new();
+        let mut row_args = Vec::with_capacity(texts.len());
+        for i in 0..rows {
+            row_args.clear();
+            row_args.extend(texts.iter().map(|t| t[i].as_deref()));
+            match row_args[0] {
+                None => out.append_null(),
+                Some(f) => out.append_value(format_row(f, &row_args[1..])?),
+            }
+        }
+        let out: ArrayRef = Arc::new(out.finish());
+        if scalar {
+            Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?))
+        } else {
+            Ok(ColumnarValue::Array(out))
+        }
+    }
+}
+
+/// Each value as PostgreSQL's text output writes it.
+fn pg_texts(a: &ArrayRef) -> Result<Vec<Option<String>>> {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::{Float32Type, Float64Type};
+    Ok(match a.data_type() {
+        DataType::Boolean => a
+            .as_boolean()
+            .iter()
+            .map(|b| b.map(|b| if b { "t" } else { "f" }.to_owned()))
+            .collect(),
+        DataType::Float64 => a
+            .as_primitive::<Float64Type>()
+            .iter()
+            .map(|d| d.map(crate::encode::pg_float_text))
+            .collect(),
+        DataType::Float32 => a
+            .as_primitive::<Float32Type>()
+            .iter()
+            .map(|d| d.map(crate::encode::pg_float4_text))
+            .collect(),
+        _ => {
+            let t = datafusion::arrow::compute::cast(a, &DataType::Utf8)?;
+            let t = t.as_string::<i32>();
+            (0..t.len())
+                .map(|i| (!t.is_null(i)).then(|| t.value(i).to_owned()))
+                .collect()
+        }
+    })
+}
+
+/// One row of `format()`.
+fn format_row(f: &str, args: &[Option<&str>]) -> Result<String> {
+    // PostgreSQL's SQLSTATEs: 22023 for a bad format, 22004 for a NULL name.
+    let err = |m: String| {
+        let code = if m.starts_with("null") {
+            "22004"
+        } else {
+            "22023"
+        };
+        DataFusionError::External(Box::new(crate::sqlstate::PgError::new(code, m)))
+    };
+    let mut out = String::with_capacity(f.len());
+    let mut chars = f.chars().peekable();
+    let mut next = 0usize;
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        if chars.peek() == Some(&'%') {
+            chars.next();
+            out.push('%');
+            continue;
+        }
+        let number = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
+            let mut n: Option<usize> = None;
+            while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
+                chars.next();
+                n = Some(n.unwrap_or(0).saturating_mul(10).saturating_add(d as usize));
+            }
+            n
+        };
+        let mut position = None;
+        let mut left = chars.peek() == Some(&'-');
+        if left {
+            chars.next();
+        }
+        let mut width = number(&mut chars);
+        if !left && chars.peek() == Some(&'$') {
+            chars.next();
+            position = width.take();
+            left = chars.peek() == Some(&'-');
+            if left {
+                chars.next();
+            }
+            width = number(&mut chars);
+        }
+        let index = match position {
+            Some(0) => {
+                return Err(err(
+                    "format specifies argument 0, but arguments are numbered from 1".into(),
+                ));
+            }
+            Some(p) => p - 1,
+            None => next,
+        };
+        next = index + 1;
+        let Some(kind) = chars.next() else {
+            return Err(err("unterminated format() type specifier".into()));
+        };
+        let Some(value) = args.get(index) else {
+            return Err(err("too few arguments for format()".into()));
+        };
+        let text = match (kind, value) {
+            ('s', v) => v.unwrap_or_default().to_owned(),
+            ('I', None) => {
+                return Err(err(
+                    "null values cannot be formatted as an SQL identifier".into()
+                ));
+            }
+            ('I', Some(v)) => quote_ident(v),
+            ('L', None) => "NULL".to_owned(),
+            ('L', Some(v)) => quote_literal(v),
+            (k, _) => return Err(err(format!("unrecognized format() type specifier \"{k}\""))),
+        };
+        let pad = width.unwrap_or(0).saturating_sub(text.chars().count());
+        if left {
+            out.push_str(&text);
+        }
+        out.extend(std::iter::repeat_n(' ', pad));
+        if !left {
+            out.push_str(&text);
+        }
+    }
+    Ok(out)
+}
+
+/// `quote_ident`: bare when PostgreSQL would read it back unchanged.
+fn quote_ident(v: &str) -> String {
+    let bare = v
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '$');
+    if bare {
+        v.to_owned()
+    } else {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    }
+}
+
+/// `quote_literal`: `E'…'` when there is a backslash, as PostgreSQL writes it.
+fn quote_literal(v: &str) -> String {
+    let quoted = v.replace('\'', "''");
+    if v.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
+    }
+}
+
 /// A function of any arguments, in one of `arities` counts, with one answer.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Constant {
@@ -346,7 +566,13 @@ impl Constant {
         Constant {
             name,
             signature: Signature::one_of(
-                arities.iter().map(|n| TypeSignature::Any(*n)).collect(),
+                arities
+                    .iter()
+                    .map(|&n| match n {
+                        0 => TypeSignature::Nullary,
+                        n => TypeSignature::Any(n),
+                    })
+                    .collect(),
                 Volatility::Stable,
             ),
             value,
@@ -380,6 +606,40 @@ mod tests {
         assert_eq!(type_oid("timestamp with time zone"), Some(1184));
         assert_eq!(type_oid("text[]"), Some(1009));
         assert_eq!(type_oid("hstore"), None);
+    }
+
+    #[test]
+    fn format_answers_as_postgresql_15() {
+        let f = |fmt: &str, args: &[Option<&str>]| format_row(fmt, args).map_err(|e| e.to_string());
+        assert_eq!(f("%s-%s", &[Some("a"), None]), Ok("a-".into()));
+        assert_eq!(
+            f("%2$s %1$s %s", &[Some("a"), Some("b")]),
+            Ok("b a b".into())
+        );
+        assert_eq!(
+            f("|%5s|%-5s|", &[Some("ab"), Some("cd")]),
+            Ok("|   ab|cd   |".into())
+        );
+        assert_eq!(
+            f("%I.%I", &[Some("public"), Some("My \"T\"")]),
+            Ok("public.\"My \"\"T\"\"\"".into())
+        );
+        assert_eq!(
+            f("%L %L %L", &[Some("it's"), None, Some("a\\b")]),
+            Ok("'it''s' NULL E'a\\\\b'".into())
+        );
+        assert_eq!(f("100%%", &[]), Ok("100%".into()));
+        assert!(
+            f("%s %s", &[Some("a")])
+                .unwrap_err()
+                .contains("too few arguments")
+        );
+        assert!(
+            f("%x", &[Some("a")])
+                .unwrap_err()
+                .contains("unrecognized format() type specifier \"x\"")
+        );
+        assert!(f("%I", &[None]).unwrap_err().contains("SQL identifier"));
     }
 
     #[test]

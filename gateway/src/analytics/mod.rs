@@ -243,21 +243,36 @@ pub struct EnginePlan {
     pub reason: String,
 }
 
-/// The roles `pg_roles` shows (psql's `\du`): the session's user, with
-/// every attribute, since tablegate has no privileges to withhold.
+/// The roles `pg_roles` shows (psql's `\du`): the session's user and the
+/// store's SCRAM users, each with every attribute, since tablegate has no
+/// privileges to withhold.
 #[derive(Debug, Clone)]
 struct SessionRoles {
     user: String,
+    users: crate::auth::UserStore,
+}
+
+impl SessionRoles {
+    /// The session's user and every SCRAM user in the store, in name
+    /// order. A store that cannot list them still shows the session's.
+    async fn names(&self) -> Vec<String> {
+        let mut names = self.users.names().await.unwrap_or_default();
+        names.push(self.user.clone());
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 #[async_trait::async_trait]
 impl PgCatalogContextProvider for SessionRoles {
     async fn roles(&self) -> Vec<String> {
-        vec![self.user.clone()]
+        self.names().await
     }
 
     async fn role(&self, name: &str) -> Option<Role> {
-        (name == self.user).then(|| Role {
+        // Every user may do everything: there are no privileges to show.
+        (name == self.user || self.names().await.iter().any(|n| n == name)).then(|| Role {
             name: name.to_owned(),
             is_superuser: true,
             can_login: true,
@@ -310,6 +325,7 @@ impl Engine {
             DATABASE,
             SessionRoles {
                 user: user.to_owned(),
+                users: crate::auth::UserStore::existing(planner_for_fix.store().system()),
             },
         )
         .map_err(|e| *e)?;

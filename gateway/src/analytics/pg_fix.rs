@@ -4,15 +4,19 @@
 //! as bytea: psql's `\d`, JDBC `getColumns` and SQLAlchemy reflection then
 //! show the wrong type. [`PgCatalogFix`] wraps the crate's schema and hands
 //! out a `pg_attribute` whose uuid columns say uuid (OID 2950, length 16),
-//! and a `pg_constraint` with each table's primary key (the crate's is
-//! empty), which SQLAlchemy's and JDBC's primary-key reflection read.
+//! a `pg_constraint` with each table's primary key (the crate's is
+//! empty), which SQLAlchemy's and JDBC's primary-key reflection read, and
+//! a `pg_index` whose `int2vector` columns are arrays, as SQLAlchemy's
+//! index reflection unnests them (the crate keeps them as text; so is
+//! `pg_statistic_ext.stxkind`, which psql's `\dX` searches), and the
+//! empty `pg_user_mappings` the crate lacks.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, AsArray, Int16Array, Int32Array, RecordBatch};
-use datafusion::arrow::datatypes::{Int32Type, SchemaRef};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int16Array, Int32Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Int16Type, Int32Type, SchemaRef};
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::common::{DataFusionError, Result};
 use datafusion::datasource::{MemTable, TableType};
@@ -26,7 +30,8 @@ const UUID_OID: i32 = 2950;
 /// What the crate reports for a uuid column.
 const BYTEA_OID: i32 = 17;
 
-/// The `pg_catalog` schema, with `pg_attribute` corrected.
+/// The `pg_catalog` schema, with `pg_attribute`, `pg_constraint` and
+/// `pg_index` corrected.
 #[derive(Debug)]
 pub struct PgCatalogFix {
     inner: Arc<dyn SchemaProvider>,
@@ -51,7 +56,11 @@ impl PgCatalogFix {
 #[async_trait]
 impl SchemaProvider for PgCatalogFix {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        if !names.iter().any(|n| n == "pg_user_mappings") {
+            names.push("pg_user_mappings".into());
+        }
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
@@ -68,18 +77,47 @@ impl SchemaProvider for PgCatalogFix {
                 })))
             }
             ("pg_constraint", Some(constraints)) => Ok(Some(Arc::new(Constraints {
-                schema: with_key_arrays(&constraints.schema()),
+                schema: with_arrays(
+                    &constraints.schema(),
+                    &[("conkey", DataType::Int16), ("confkey", DataType::Int16)],
+                ),
                 classes: self.table_required("pg_class").await?,
                 attributes: self.table_required("pg_attribute").await?,
                 planner: self.planner.clone(),
             }))),
+            ("pg_index", Some(indexes)) => Ok(Some(Arc::new(ArrayColumns::new(
+                indexes,
+                vec![("indkey", DataType::Int16), ("indoption", DataType::Int16)],
+            )))),
+            ("pg_statistic_ext", Some(statistics)) => Ok(Some(Arc::new(ArrayColumns::new(
+                statistics,
+                vec![("stxkind", DataType::Utf8)],
+            )))),
+            ("pg_user_mappings", None) => Ok(Some(Arc::new(MemTable::try_new(
+                user_mappings(),
+                vec![vec![]],
+            )?))),
             (_, table) => Ok(table),
         }
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        name == "pg_user_mappings" || self.inner.table_exist(name)
     }
+}
+
+/// `pg_user_mappings` (psql's `\deu`), which the crate lacks: empty, as
+/// there are no foreign servers.
+fn user_mappings() -> SchemaRef {
+    use datafusion::arrow::datatypes::Schema;
+    Arc::new(Schema::new(vec![
+        Field::new("srvid", DataType::Int32, true),
+        Field::new("srvname", DataType::Utf8, true),
+        Field::new("umid", DataType::Int32, true),
+        Field::new("umuser", DataType::Int32, true),
+        Field::new("usename", DataType::Utf8, true),
+        Field::new("umoptions", DataType::Utf8, true),
+    ]))
 }
 
 /// `pg_attribute` with the store's uuid columns typed uuid.
@@ -109,17 +147,11 @@ impl Attributes {
         if uuid_columns.is_empty() {
             return Ok(batches);
         }
-        let mut relname: HashMap<i32, String> = HashMap::new();
-        for b in all_rows(&self.classes, state).await? {
-            let (Some(oid), Some(name)) = (b.column_by_name("oid"), b.column_by_name("relname"))
-            else {
-                continue;
-            };
-            let (oid, name) = (oid.as_primitive::<Int32Type>(), name.as_string::<i32>());
-            for i in 0..b.num_rows() {
-                relname.insert(oid.value(i), name.value(i).to_owned());
-            }
-        }
+        let relname: HashMap<i32, String> = classes(&self.classes, state)
+            .await?
+            .into_iter()
+            .map(|c| (c.oid, c.name))
+            .collect();
         batches
             .into_iter()
             .map(|b| fix_uuid_columns(b, &relname, &uuid_columns))
@@ -147,9 +179,7 @@ fn fix_uuid_columns(
     let rels = b.column(rel).as_primitive::<Int32Type>();
     let names = b.column(att).as_string::<i32>();
     let types = b.column(typ).as_primitive::<Int32Type>();
-    let lens = b
-        .column(len)
-        .as_primitive::<datafusion::arrow::datatypes::Int16Type>();
+    let lens = b.column(len).as_primitive::<Int16Type>();
     let is_uuid = |i: usize| {
         types.value(i) == BYTEA_OID
             && relname
@@ -193,30 +223,154 @@ impl TableProvider for Attributes {
     }
 }
 
-/// The crate's `pg_constraint` schema with `conkey` and `confkey` as the
-/// `int2[]` they are in PostgreSQL (the crate keeps them as text), so that
-/// `unnest(conkey)` works.
-fn with_key_arrays(schema: &SchemaRef) -> SchemaRef {
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+/// A catalog schema with the named columns as the arrays they are in
+/// PostgreSQL (the crate keeps them as text), so that `unnest(conkey)`,
+/// `generate_subscripts(indkey, 1)` and `'d' = any(stxkind)` work.
+fn with_arrays(schema: &SchemaRef, columns: &[(&str, DataType)]) -> SchemaRef {
+    use datafusion::arrow::datatypes::Schema;
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .map(|f| match f.name().as_str() {
-            "conkey" | "confkey" => Field::new(
-                f.name(),
-                DataType::List(Arc::new(Field::new("item", DataType::Int16, true))),
-                true,
-            ),
-            _ => f.as_ref().clone(),
+        .map(|f| match columns.iter().find(|(c, _)| c == f.name()) {
+            Some((_, item)) => Field::new(f.name(), list_of(item), true),
+            None => f.as_ref().clone(),
         })
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+fn list_of(item: &DataType) -> DataType {
+    DataType::List(Arc::new(Field::new("item", item.clone(), true)))
+}
+
+/// A catalog table whose array columns the crate keeps as text
+/// (`int2vector`'s `"1 3"`, `char[]`'s `"{d,f}"`) read as arrays:
+/// `pg_index`'s `indkey` and `indoption`, `pg_statistic_ext`'s `stxkind`.
+#[derive(Debug)]
+struct ArrayColumns {
+    inner: Arc<dyn TableProvider>,
+    schema: SchemaRef,
+    columns: Vec<(&'static str, DataType)>,
+}
+
+impl ArrayColumns {
+    fn new(inner: Arc<dyn TableProvider>, columns: Vec<(&'static str, DataType)>) -> Self {
+        let schema = with_arrays(&inner.schema(), &columns);
+        ArrayColumns {
+            inner,
+            schema,
+            columns,
+        }
+    }
+
+    fn retype(&self, b: RecordBatch) -> Result<RecordBatch> {
+        use datafusion::arrow::array::{ListArray, StringArray};
+        use datafusion::arrow::buffer::OffsetBuffer;
+        let mut columns = b.columns().to_vec();
+        for (i, f) in b.schema().fields().iter().enumerate() {
+            let Some((_, item)) = self.columns.iter().find(|(c, _)| c == f.name()) else {
+                continue;
+            };
+            if f.data_type() == &list_of(item) {
+                continue;
+            }
+            let text = datafusion::arrow::compute::cast(&columns[i], &DataType::Utf8)?;
+            let text = text.as_string::<i32>();
+            let mut tokens: Vec<&str> = Vec::new();
+            let mut lengths = Vec::with_capacity(text.len());
+            for v in text.iter() {
+                let before = tokens.len();
+                if let Some(v) = v {
+                    tokens.extend(
+                        v.split(|c: char| c.is_whitespace() || matches!(c, ',' | '{' | '}'))
+                            .filter(|t| !t.is_empty()),
+                    );
+                }
+                lengths.push(tokens.len() - before);
+            }
+            let values: ArrayRef = Arc::new(StringArray::from(tokens));
+            let values = datafusion::arrow::compute::cast(&values, item)?;
+            columns[i] = Arc::new(ListArray::try_new(
+                Arc::new(Field::new("item", item.clone(), true)),
+                OffsetBuffer::from_lengths(lengths),
+                values,
+                text.nulls().cloned(),
+            )?);
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+}
+
+#[async_trait]
+impl TableProvider for ArrayColumns {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        self.inner.table_type()
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let rows = all_rows(&self.inner, state)
+            .await?
+            .into_iter()
+            .map(|b| self.retype(b))
+            .collect::<Result<Vec<_>>>()?;
+        MemTable::try_new(self.schema(), vec![rows])?
+            .scan(state, projection, filters, limit)
+            .await
+    }
 }
 
 /// Reads every row of a catalog table.
 async fn all_rows(t: &Arc<dyn TableProvider>, state: &dyn Session) -> Result<Vec<RecordBatch>> {
     let plan: Arc<dyn ExecutionPlan> = t.scan(state, None, &[], None).await?;
     collect(plan, state.task_ctx()).await
+}
+
+/// A batch's columns by name, or `None` when one is missing.
+fn named<'a, const N: usize>(b: &'a RecordBatch, names: [&str; N]) -> Option<[&'a ArrayRef; N]> {
+    let columns: Vec<&ArrayRef> = names
+        .iter()
+        .map(|n| b.column_by_name(n))
+        .collect::<Option<_>>()?;
+    columns.try_into().ok()
+}
+
+/// One `pg_class` row: what the crate numbered a relation.
+struct Class {
+    oid: i32,
+    name: String,
+    namespace: i32,
+}
+
+/// The session's `pg_class` rows. The crate numbers tables as its scan
+/// meets them, so oids are only comparable within one session.
+async fn classes(classes: &Arc<dyn TableProvider>, state: &dyn Session) -> Result<Vec<Class>> {
+    let mut out = Vec::new();
+    for b in all_rows(classes, state).await? {
+        let Some([oid, name, ns]) = named(&b, ["oid", "relname", "relnamespace"]) else {
+            continue;
+        };
+        let (oid, name, ns) = (
+            oid.as_primitive::<Int32Type>(),
+            name.as_string::<i32>(),
+            ns.as_primitive::<Int32Type>(),
+        );
+        out.extend((0..b.num_rows()).map(|i| Class {
+            oid: oid.value(i),
+            name: name.value(i).to_owned(),
+            namespace: ns.value(i),
+        }));
+    }
+    Ok(out)
 }
 
 /// `pg_constraint`: one `p` row per table with a declared primary key,
@@ -243,37 +397,20 @@ impl Constraints {
     async fn keys(&self, state: &dyn Session) -> Result<Vec<PrimaryKey>> {
         // The crate numbers tables as its pg_class scan meets them; the
         // same session's pg_class gives the same oids.
-        let mut tables: HashMap<String, (i32, i32)> = HashMap::new();
-        for b in all_rows(&self.classes, state).await? {
-            let (Some(oid), Some(name), Some(ns)) = (
-                b.column_by_name("oid"),
-                b.column_by_name("relname"),
-                b.column_by_name("relnamespace"),
-            ) else {
-                continue;
-            };
-            let (oid, name, ns) = (
-                oid.as_primitive::<Int32Type>(),
-                name.as_string::<i32>(),
-                ns.as_primitive::<Int32Type>(),
-            );
-            for i in 0..b.num_rows() {
-                tables.insert(name.value(i).to_owned(), (oid.value(i), ns.value(i)));
-            }
-        }
+        let tables: HashMap<String, (i32, i32)> = classes(&self.classes, state)
+            .await?
+            .into_iter()
+            .map(|c| (c.name, (c.oid, c.namespace)))
+            .collect();
         let mut attnums: HashMap<(i32, String), i16> = HashMap::new();
         for b in all_rows(&self.attributes, state).await? {
-            let (Some(rel), Some(name), Some(num)) = (
-                b.column_by_name("attrelid"),
-                b.column_by_name("attname"),
-                b.column_by_name("attnum"),
-            ) else {
+            let Some([rel, name, num]) = named(&b, ["attrelid", "attname", "attnum"]) else {
                 continue;
             };
             let (rel, name, num) = (
                 rel.as_primitive::<Int32Type>(),
                 name.as_string::<i32>(),
-                num.as_primitive::<datafusion::arrow::datatypes::Int16Type>(),
+                num.as_primitive::<Int16Type>(),
             );
             for i in 0..b.num_rows() {
                 attnums.insert((rel.value(i), name.value(i).to_owned()), num.value(i));
@@ -333,7 +470,7 @@ impl Constraints {
                                 .iter()
                                 .map(|n| S::Int16(Some(*n)))
                                 .collect::<Vec<_>>(),
-                            &datafusion::arrow::datatypes::DataType::Int16,
+                            &DataType::Int16,
                         )),
                         // `' '` as PostgreSQL's non-foreign keys have.
                         "confupdtype" | "confdeltype" | "confmatchtype" => {
