@@ -374,6 +374,10 @@ impl From<&datafusion::common::DataFusionError> for PgError {
             D::External(inner) => external(&**inner),
             D::ArrowError(a, _) => match &**a {
                 arrow_schema::ArrowError::ExternalError(inner) => external(&**inner),
+                // Arrow says which operation ("Overflow happened on: 1 + 2").
+                arrow_schema::ArrowError::ArithmeticOverflow(m) => {
+                    PgError::new("22003", "integer out of range").detail(m.trim().to_owned())
+                }
                 other => PgError::new(arrow_code(other), e.strip_backtrace()),
             },
             D::Context(_, inner) | D::Diagnostic(_, inner) => PgError::from(&**inner),

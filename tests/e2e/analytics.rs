@@ -16,6 +16,9 @@ const SCHEMA: &[&str] = &[
 ];
 
 const QUERIES: &[&str] = &[
+    // integer arithmetic that stays in range
+    "SELECT 9223372036854775800 + 5 + 2, -9223372036854775807 - 1",
+    "SELECT r.age * r.age * r.age * r.age FROM runners r JOIN races c ON r.race = c.race ORDER BY 1 DESC LIMIT 3",
     // aggregates
     "SELECT count(*) FROM runners",
     "SELECT count(*), min(age), max(age), sum(age) FROM runners",
@@ -311,6 +314,14 @@ const ERRORS: &[&str] = &[
     // A scalar subquery with a second row (not the first row of it).
     "SELECT (SELECT age FROM runners) FROM races",
     "SELECT race FROM races WHERE race = (SELECT race FROM runners WHERE age > 20)",
+    // Integer arithmetic past its type's range is refused (22003), not
+    // wrapped around: in constants, select lists, filters and aggregate
+    // arguments (age^6 passes 2^31 from age 36; ages are 15 to 80).
+    "SELECT 9223372036854775807 + 1",
+    "SELECT -9223372036854775807 - 2 - 1",
+    "SELECT r.age * r.age * r.age * r.age * r.age * r.age FROM runners r JOIN races c ON r.race = c.race",
+    "SELECT count(*) FROM runners r JOIN races c ON r.race = c.race WHERE r.age * r.age * r.age * r.age * r.age * r.age > 0",
+    "SELECT sum(r.age * r.age * r.age * r.age * r.age * r.age) FROM runners r JOIN races c ON r.race = c.race",
 ];
 
 #[tokio::test]

@@ -29,6 +29,7 @@ mod dialect;
 pub mod functions;
 pub mod info_schema;
 pub mod literals;
+pub mod overflow;
 pub mod pg_fix;
 pub mod provider;
 pub mod system;
@@ -299,7 +300,13 @@ impl Engine {
         let env = RuntimeEnvBuilder::new()
             .with_memory_pool(pool.memory.clone())
             .build_arc()?;
-        let ctx = SessionContext::new_with_config_rt(config, env);
+        let state = datafusion::execution::SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(env)
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(overflow::CheckedArithmetic))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
         let opts: SharedOptions = Arc::new(Mutex::new(ExecOptions::default()));
         ctx.catalog(DATABASE)
             .ok_or_else(|| DataFusionError::Internal("no default catalog".into()))?
@@ -341,6 +348,7 @@ impl Engine {
         let session = Arc::new(Mutex::new(crate::settings::Settings::default()));
         functions::register(&ctx, user, session.clone());
         ctx.add_analyzer_rule(Arc::new(literals::TimestampLiterals));
+        ctx.add_analyzer_rule(Arc::new(overflow::CheckedConstants));
         Ok(Engine {
             ctx,
             session,
