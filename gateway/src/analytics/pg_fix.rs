@@ -70,13 +70,13 @@ impl SchemaProvider for PgCatalogFix {
                 let classes = self.inner.table("pg_class").await?.ok_or_else(|| {
                     DataFusionError::Internal("pg_catalog has no pg_class".into())
                 })?;
-                Ok(Some(Arc::new(Attributes {
+                Ok(Some(Arc::new(Catalog(Attributes {
                     attributes,
                     classes,
                     planner: self.planner.clone(),
-                })))
+                }))))
             }
-            ("pg_constraint", Some(constraints)) => Ok(Some(Arc::new(Constraints {
+            ("pg_constraint", Some(constraints)) => Ok(Some(Arc::new(Catalog(Constraints {
                 schema: with_arrays(
                     &constraints.schema(),
                     &[("conkey", DataType::Int16), ("confkey", DataType::Int16)],
@@ -84,14 +84,13 @@ impl SchemaProvider for PgCatalogFix {
                 classes: self.table_required("pg_class").await?,
                 attributes: self.table_required("pg_attribute").await?,
                 planner: self.planner.clone(),
-            }))),
-            ("pg_index", Some(indexes)) => Ok(Some(Arc::new(ArrayColumns::new(
+            })))),
+            ("pg_index", Some(indexes)) => Ok(Some(Arc::new(Catalog(ArrayColumns::new(
                 indexes,
                 vec![("indkey", DataType::Int16), ("indoption", DataType::Int16)],
-            )))),
-            ("pg_statistic_ext", Some(statistics)) => Ok(Some(Arc::new(ArrayColumns::new(
-                statistics,
-                vec![("stxkind", DataType::Utf8)],
+            ))))),
+            ("pg_statistic_ext", Some(statistics)) => Ok(Some(Arc::new(Catalog(
+                ArrayColumns::new(statistics, vec![("stxkind", DataType::Utf8)]),
             )))),
             ("pg_user_mappings", None) => Ok(Some(Arc::new(MemTable::try_new(
                 user_mappings(),
@@ -130,7 +129,7 @@ struct Attributes {
 
 impl Attributes {
     /// The crate's rows, uuid columns corrected.
-    async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>> {
+    async fn corrected_rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>> {
         let uuid_columns: HashSet<(String, String)> = self
             .planner
             .catalog()
@@ -197,30 +196,6 @@ fn fix_uuid_columns(
     columns[typ] = Arc::new(Int32Array::from(fixed_types));
     columns[len] = Arc::new(Int16Array::from(fixed_lens));
     Ok(RecordBatch::try_new(schema, columns)?)
-}
-
-#[async_trait]
-impl TableProvider for Attributes {
-    fn schema(&self) -> SchemaRef {
-        self.attributes.schema()
-    }
-
-    fn table_type(&self) -> TableType {
-        self.attributes.table_type()
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let rows = self.rows(state).await?;
-        MemTable::try_new(self.schema(), vec![rows])?
-            .scan(state, projection, filters, limit)
-            .await
-    }
 }
 
 /// A catalog schema with the named columns as the arrays they are in
@@ -298,34 +273,6 @@ impl ArrayColumns {
             )?);
         }
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
-    }
-}
-
-#[async_trait]
-impl TableProvider for ArrayColumns {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
-
-    fn table_type(&self) -> TableType {
-        self.inner.table_type()
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let rows = all_rows(&self.inner, state)
-            .await?
-            .into_iter()
-            .map(|b| self.retype(b))
-            .collect::<Result<Vec<_>>>()?;
-        MemTable::try_new(self.schema(), vec![rows])?
-            .scan(state, projection, filters, limit)
-            .await
     }
 }
 
@@ -493,9 +440,58 @@ impl Constraints {
 }
 
 #[async_trait]
-impl TableProvider for Constraints {
+impl Computed for Attributes {
+    fn schema(&self) -> SchemaRef {
+        self.attributes.schema()
+    }
+
+    async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>> {
+        self.corrected_rows(state).await
+    }
+}
+
+#[async_trait]
+impl Computed for ArrayColumns {
     fn schema(&self) -> SchemaRef {
         self.schema.clone()
+    }
+
+    async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>> {
+        all_rows(&self.inner, state)
+            .await?
+            .into_iter()
+            .map(|b| self.retype(b))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Computed for Constraints {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>> {
+        let keys = self.keys(state).await?;
+        Ok(vec![self.batch(&keys)?])
+    }
+}
+
+/// A catalog table whose rows are computed when it is scanned.
+#[async_trait]
+trait Computed: std::fmt::Debug + Send + Sync + 'static {
+    fn schema(&self) -> SchemaRef;
+    async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>>;
+}
+
+/// A [`Computed`] table as DataFusion scans it.
+#[derive(Debug)]
+struct Catalog<T>(T);
+
+#[async_trait]
+impl<T: Computed> TableProvider for Catalog<T> {
+    fn schema(&self) -> SchemaRef {
+        self.0.schema()
     }
 
     fn table_type(&self) -> TableType {
@@ -509,9 +505,8 @@ impl TableProvider for Constraints {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let keys = self.keys(state).await?;
-        let batch = self.batch(&keys)?;
-        MemTable::try_new(self.schema(), vec![vec![batch]])?
+        let rows = self.0.rows(state).await?;
+        MemTable::try_new(self.schema(), vec![rows])?
             .scan(state, projection, filters, limit)
             .await
     }
