@@ -13,8 +13,9 @@
 //! Deliberately limited: values are constants, parameters, columns,
 //! `EXCLUDED.column`, arithmetic, `||`, casts, `now()`,
 //! `gen_random_uuid()` and, where the row's columns may be read (UPDATE's
-//! and ON CONFLICT's SET), CASE over WHERE-style conditions. Anything else is refused at plan time, so a write
-//! never needs the analytics engine to compute a value.
+//! and ON CONFLICT's SET), CASE over WHERE-style conditions. Anything else
+//! is refused at plan time, so a write never needs the analytics engine to
+//! compute a value.
 
 use std::sync::Arc;
 
