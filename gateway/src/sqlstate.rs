@@ -378,6 +378,16 @@ impl From<&datafusion::common::DataFusionError> for PgError {
                 arrow_schema::ArrowError::ArithmeticOverflow(m) => {
                     PgError::new("22003", "integer out of range").detail(m.trim().to_owned())
                 }
+                // A value cast to an integer type too narrow for it.
+                arrow_schema::ArrowError::CastError(m) if m.starts_with("Can't cast value") => {
+                    let message = match m.rsplit(' ').next() {
+                        Some("Int16") => "smallint out of range",
+                        Some("Int32") => "integer out of range",
+                        Some("Int64") => "bigint out of range",
+                        _ => "value out of range",
+                    };
+                    PgError::new("22003", message).detail(m.trim().to_owned())
+                }
                 other => PgError::new(arrow_code(other), e.strip_backtrace()),
             },
             D::Context(_, inner) | D::Diagnostic(_, inner) => PgError::from(&**inner),

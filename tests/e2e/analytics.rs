@@ -19,6 +19,16 @@ const QUERIES: &[&str] = &[
     // integer arithmetic that stays in range
     "SELECT 9223372036854775800 + 5 + 2, -9223372036854775807 - 1",
     "SELECT r.age * r.age * r.age * r.age FROM runners r JOIN races c ON r.race = c.race ORDER BY 1 DESC LIMIT 3",
+    // integer literals are integer, in arithmetic too, and the same
+    // expression in GROUP BY or ORDER BY still matches its select item
+    "SELECT 7 / 2, -7 / 2, 7 % 3, 2147483647 + 0, pg_typeof(1 + 1), pg_typeof(age * 2), \
+     pg_typeof(CASE WHEN age > 1 THEN 1 ELSE 0 END) FROM runners LIMIT 1",
+    "SELECT age + 1 AS next, count(*) FROM runners GROUP BY age + 1 ORDER BY age + 1",
+    "SELECT DISTINCT age * 2 FROM runners ORDER BY age * 2",
+    "SELECT CASE WHEN age > 40 THEN 1 ELSE 0 END AS senior, count(*) FROM runners \
+     GROUP BY CASE WHEN age > 40 THEN 1 ELSE 0 END",
+    // functions taking integer (oid) arguments take an integer literal
+    "SELECT pg_get_userbyid(10), format_type(23, -1), format_type(25, NULL)",
     // aggregates
     "SELECT count(*) FROM runners",
     "SELECT count(*), min(age), max(age), sum(age) FROM runners",
@@ -290,7 +300,9 @@ async fn analytic_queries_match_postgresql() {
 async fn literal_result_types_match_postgresql() {
     let SideBySide { p, t, .. } = &SideBySide::start().await;
     let sql = "SELECT 1 AS a, -7 AS b, 3000000000 AS c, 1.5 AS d, 1.50 AS e, 'x' AS f, \
-               true AS g, 2147483648 AS h, -2147483648 AS i";
+               true AS g, 2147483648 AS h, -2147483648 AS i, 1 + 1 AS j, 7 / 2 AS k, \
+               CASE WHEN true THEN 1 ELSE 0 END AS l, 3000000000 + 1 AS m, 1 + 1.5 AS n, \
+               -(3) AS o, 2 * 3 - 1 AS q";
     let types = |st: tokio_postgres::Statement| {
         st.columns()
             .iter()
@@ -322,6 +334,12 @@ const ERRORS: &[&str] = &[
     "SELECT r.age * r.age * r.age * r.age * r.age * r.age FROM runners r JOIN races c ON r.race = c.race",
     "SELECT count(*) FROM runners r JOIN races c ON r.race = c.race WHERE r.age * r.age * r.age * r.age * r.age * r.age > 0",
     "SELECT sum(r.age * r.age * r.age * r.age * r.age * r.age) FROM runners r JOIN races c ON r.race = c.race",
+    // integer (int4) arithmetic and casts past int4's range
+    "SELECT 2147483647 + 1",
+    "SELECT 100000 * 100000",
+    "SELECT max(age) * 100000000 FROM runners",
+    "SELECT 10000000000::int",
+    "SELECT 100000::smallint",
 ];
 
 #[tokio::test]

@@ -397,7 +397,9 @@ fn psql_connects_through_the_unix_socket() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    // Time for psql to start and send it on loaded cores (a SIGINT before
+    // that has no statement to cancel); the join runs for minutes.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
     // SIGINT is psql's Ctrl-C: it sends a CancelRequest.
     assert!(
         std::process::Command::new("kill")

@@ -75,6 +75,7 @@ impl SqlDialect {
                 Arc::new(SpecialNames),
                 Arc::new(RowValues),
                 Arc::new(IntLiterals),
+                Arc::new(DistinctOrderBy),
                 Arc::new(WideLiterals),
                 Arc::new(StripCollate),
                 Arc::new(RewritePgCatalogOperator),
@@ -284,37 +285,36 @@ impl VisitorMut for SpecialNames {
 /// An integer literal in a select list has PostgreSQL's type: `integer`
 /// when it fits, as `SELECT 1` does (DataFusion types every integer
 /// literal bigint, and node-postgres hands a bigint back as a string).
-/// Only a select item that is the literal itself (or its negation) is
-/// cast: inside an expression DataFusion's wider arithmetic stays.
+/// A select item that is the literal, and the literals in its arithmetic
+/// and CASE results, are cast, so `1 + 1` and `n * 2` over an `integer`
+/// column are `integer` too (and fail with 22003 past its range, as
+/// PostgreSQL's do). Function arguments keep DataFusion's types, but for
+/// `pg_typeof`'s. The same
+/// expressions in GROUP BY and ORDER BY get the same casts, so they still
+/// match their select item; a bare number there is a position, left alone.
 #[derive(Debug)]
 struct IntLiterals;
 
 visitor_rule!(IntLiterals);
 
-impl VisitorMut for IntLiterals {
-    type Break = ();
-
-    fn pre_visit_query(
-        &mut self,
-        q: &mut datafusion::sql::sqlparser::ast::Query,
-    ) -> ControlFlow<()> {
-        use datafusion::sql::sqlparser::ast::{DataType, SelectItem, Value};
-        fn int4(e: &Expr) -> bool {
-            match e {
-                Expr::Value(v) => {
-                    matches!(&v.value, Value::Number(n, _) if n.parse::<i32>().is_ok())
-                }
-                Expr::UnaryOp {
-                    op: UnaryOperator::Minus,
-                    expr,
-                } => matches!(&**expr, Expr::Value(v)
-                    if matches!(&v.value, Value::Number(n, _)
-                        if format!("-{n}").parse::<i32>().is_ok())),
-                _ => false,
-            }
-        }
-        fn cast(e: &mut Expr) {
-            if int4(e) {
+impl IntLiterals {
+    /// Casts the int4 literals of `e`: `e` itself when `bare`, and those in
+    /// its arithmetic operands and CASE results.
+    fn cast(e: &mut Expr, bare: bool) {
+        use datafusion::sql::sqlparser::ast::{DataType, Value};
+        let number = |e: &Expr, sign: &str| {
+            matches!(e, Expr::Value(v)
+                if matches!(&v.value, Value::Number(n, _) if format!("{sign}{n}").parse::<i32>().is_ok()))
+        };
+        let literal = match &*e {
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus,
+                expr,
+            } => number(expr, "-"),
+            other => number(other, ""),
+        };
+        if literal {
+            if bare {
                 let inner = std::mem::replace(e, Expr::value(Value::Null));
                 *e = Expr::Cast {
                     kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
@@ -324,17 +324,138 @@ impl VisitorMut for IntLiterals {
                     format: None,
                 };
             }
+            return;
         }
+        match e {
+            Expr::BinaryOp { left, op, right }
+                if matches!(
+                    op,
+                    BinaryOperator::Plus
+                        | BinaryOperator::Minus
+                        | BinaryOperator::Multiply
+                        | BinaryOperator::Divide
+                        | BinaryOperator::Modulo
+                ) =>
+            {
+                IntLiterals::cast(left, true);
+                IntLiterals::cast(right, true);
+            }
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus | UnaryOperator::Plus,
+                expr,
+            } => IntLiterals::cast(expr, true),
+            Expr::Nested(inner) => IntLiterals::cast(inner, true),
+            // What `pg_typeof` reports is what the select item would be.
+            Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("pg_typeof") => {
+                if let FunctionArguments::List(list) = &mut f.args
+                    && let [
+                        datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
+                            datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(arg),
+                        ),
+                    ] = list.args.as_mut_slice()
+                {
+                    IntLiterals::cast(arg, true);
+                }
+            }
+            Expr::Case {
+                conditions,
+                else_result,
+                ..
+            } => {
+                for c in conditions {
+                    IntLiterals::cast(&mut c.result, true);
+                }
+                if let Some(e) = else_result {
+                    IntLiterals::cast(e, true);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl VisitorMut for IntLiterals {
+    type Break = ();
+
+    fn pre_visit_query(
+        &mut self,
+        q: &mut datafusion::sql::sqlparser::ast::Query,
+    ) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{GroupByExpr, OrderByKind, SelectItem};
         for_each_select(&mut q.body, &mut |sel| {
             for item in &mut sel.projection {
                 match item {
                     SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                        cast(e)
+                        IntLiterals::cast(e, true)
                     }
                     _ => {}
                 }
             }
+            if let GroupByExpr::Expressions(exprs, _) = &mut sel.group_by {
+                for e in exprs {
+                    IntLiterals::cast(e, false);
+                }
+            }
         });
+        if let Some(OrderByKind::Expressions(exprs)) = q.order_by.as_mut().map(|o| &mut o.kind) {
+            for o in exprs {
+                IntLiterals::cast(&mut o.expr, false);
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `SELECT DISTINCT a + b … ORDER BY a + b`: the ORDER BY item that is a
+/// select item's expression becomes that item's position, which
+/// DataFusion accepts (it refuses the expression, wanting its columns in
+/// the select list, where PostgreSQL matches the whole expression).
+#[derive(Debug)]
+struct DistinctOrderBy;
+
+visitor_rule!(DistinctOrderBy);
+
+impl VisitorMut for DistinctOrderBy {
+    type Break = ();
+
+    fn pre_visit_query(
+        &mut self,
+        q: &mut datafusion::sql::sqlparser::ast::Query,
+    ) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{OrderByKind, SelectItem, SetExpr, Value};
+        let SetExpr::Select(sel) = &*q.body else {
+            return ControlFlow::Continue(());
+        };
+        // A position counts select items, and `*` is one item of many columns.
+        let wildcard = sel.projection.iter().any(|i| {
+            matches!(
+                i,
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+            )
+        });
+        if sel.distinct.is_none() || wildcard {
+            return ControlFlow::Continue(());
+        }
+        let Some(OrderByKind::Expressions(exprs)) = q.order_by.as_mut().map(|o| &mut o.kind) else {
+            return ControlFlow::Continue(());
+        };
+        for o in exprs {
+            if matches!(
+                o.expr,
+                Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Value(_)
+            ) {
+                continue;
+            }
+            let position = sel.projection.iter().position(|item| match item {
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    *e == o.expr
+                }
+                _ => false,
+            });
+            if let Some(i) = position {
+                o.expr = Expr::value(Value::Number((i + 1).to_string(), false));
+            }
+        }
         ControlFlow::Continue(())
     }
 }
@@ -695,8 +816,9 @@ mod tests {
     fn select_items_named_alike_get_aliases_of_their_own() {
         assert_eq!(
             one("SELECT a + 1, a + 1, (SELECT 1 FROM t), (SELECT 2 FROM u), b, b FROM t"),
-            "SELECT a + 1, a + 1 AS __tg_column_2, (SELECT CAST(1 AS INTEGER) FROM t), \
-             (SELECT CAST(2 AS INTEGER) FROM u) AS __tg_column_4, b, b AS __tg_column_6 FROM t"
+            "SELECT a + CAST(1 AS INTEGER), a + CAST(1 AS INTEGER) AS __tg_column_2, \
+             (SELECT CAST(1 AS INTEGER) FROM t), (SELECT CAST(2 AS INTEGER) FROM u) AS \
+             __tg_column_4, b, b AS __tg_column_6 FROM t"
         );
         // Columns of two tables keep their qualifiers and names.
         let sql = "SELECT x.id, y.id FROM x JOIN y ON x.k = y.k";
@@ -724,7 +846,29 @@ mod tests {
     fn literals_take_postgresql_types() {
         assert_eq!(
             one("SELECT 1, -2, 3000000000, 1 + 1, 'x' AS s FROM t"),
-            "SELECT CAST(1 AS INTEGER), CAST(-2 AS INTEGER), 3000000000, 1 + 1, 'x' AS s FROM t"
+            "SELECT CAST(1 AS INTEGER), CAST(-2 AS INTEGER), 3000000000, \
+             CAST(1 AS INTEGER) + CAST(1 AS INTEGER), 'x' AS s FROM t"
+        );
+        // The same casts in GROUP BY and ORDER BY; a bare number there is a
+        // position; function arguments keep their types, but pg_typeof's.
+        assert_eq!(
+            one(
+                "SELECT a * 2, CASE WHEN b THEN 1 ELSE 0 END, round(a, 2), pg_typeof(a - 1) \
+                 FROM t GROUP BY a * 2, CASE WHEN b THEN 1 ELSE 0 END, 3, 4 ORDER BY 1, a * 2"
+            ),
+            "SELECT a * CAST(2 AS INTEGER), CASE WHEN b THEN CAST(1 AS INTEGER) ELSE \
+             CAST(0 AS INTEGER) END, round(a, 2), pg_typeof(a - CAST(1 AS INTEGER)) FROM t \
+             GROUP BY a * CAST(2 AS INTEGER), CASE WHEN b THEN CAST(1 AS INTEGER) ELSE \
+             CAST(0 AS INTEGER) END, 3, 4 ORDER BY 1, a * CAST(2 AS INTEGER)"
+        );
+        // Under DISTINCT, an ORDER BY expression of the select list is its position.
+        assert_eq!(
+            one("SELECT DISTINCT a + b AS s, c FROM t ORDER BY c, a + b DESC"),
+            "SELECT DISTINCT a + b AS s, c FROM t ORDER BY c, 1 DESC"
+        );
+        assert_eq!(
+            one("SELECT DISTINCT *, a + b FROM t ORDER BY a + b"),
+            "SELECT DISTINCT *, a + b FROM t ORDER BY a + b"
         );
         assert_eq!(
             one("SELECT x FROM (SELECT 7 AS x UNION SELECT 8) AS s"),

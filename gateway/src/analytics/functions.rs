@@ -139,6 +139,94 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Settings>>)
             ScalarValue::Utf8(None),
         )));
     }
+    // Last, so it sees every function registered above.
+    let int4: Vec<Arc<ScalarUDF>> = ctx
+        .state()
+        .scalar_functions()
+        .values()
+        .filter(|f| takes_int4(&f.signature().type_signature))
+        .cloned()
+        .collect();
+    for f in int4 {
+        ctx.register_udf(ScalarUDF::from(Int4Arguments::new(f)));
+    }
+}
+
+/// True when a signature names `integer` (Int32) for an argument.
+fn takes_int4(s: &TypeSignature) -> bool {
+    match s {
+        TypeSignature::Exact(types) => types.contains(&DataType::Int32),
+        TypeSignature::OneOf(all) => all.iter().any(takes_int4),
+        _ => false,
+    }
+}
+
+/// A function taking `integer` arguments that also takes `bigint` ones
+/// there, cast down (an error past the range): `pg_get_userbyid(10)`
+/// works, since PostgreSQL types `10` as `integer` where DataFusion has
+/// `bigint`, and DataFusion will not narrow to an exact signature.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Int4Arguments {
+    inner: Arc<ScalarUDF>,
+    signature: Signature,
+}
+
+impl Int4Arguments {
+    fn new(inner: Arc<ScalarUDF>) -> Self {
+        let signature = Signature::user_defined(inner.signature().volatility);
+        Int4Arguments { inner, signature }
+    }
+}
+
+impl ScalarUDFImpl for Int4Arguments {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn coerce_types(&self, types: &[DataType]) -> Result<Vec<DataType>> {
+        use datafusion::logical_expr::type_coercion::functions::fields_with_udf;
+        let coerce = |types: &[DataType]| {
+            let fields: Vec<_> = types
+                .iter()
+                .map(|t| {
+                    Arc::new(datafusion::arrow::datatypes::Field::new(
+                        "a",
+                        t.clone(),
+                        true,
+                    ))
+                })
+                .collect();
+            fields_with_udf(&fields, self.inner.as_ref())
+                .map(|f| f.iter().map(|f| f.data_type().clone()).collect())
+        };
+        coerce(types).or_else(|first| {
+            let narrowed: Vec<DataType> = types
+                .iter()
+                .map(|t| match t {
+                    DataType::Int64 => DataType::Int32,
+                    t => t.clone(),
+                })
+                .collect();
+            coerce(&narrowed).map_err(|_| first)
+        })
+    }
+    fn return_type(&self, types: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(types)
+    }
+    fn return_field_from_args(
+        &self,
+        args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> Result<datafusion::arrow::datatypes::FieldRef> {
+        self.inner.return_field_from_args(args)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        self.inner.invoke_with_args(args)
+    }
 }
 
 /// `pg_size_pretty(bigint)`: PostgreSQL 15's units and half-rounding.

@@ -1,7 +1,8 @@
-//! Integer `+`, `-` and `*` that fail on overflow with 22003, as
-//! PostgreSQL's do, where DataFusion would wrap around: its physical binary
-//! expressions use the wrapping kernels unless told otherwise
-//! (`fail_on_overflow`), and its simplifier folds constants with them.
+//! Integers typed and checked as PostgreSQL does. Integer `+`, `-` and `*`
+//! fail on overflow with 22003 where DataFusion would wrap around: its
+//! physical binary expressions use the wrapping kernels unless told
+//! otherwise (`fail_on_overflow`), and its simplifier folds constants with
+//! them.
 //!
 //! - [`CheckedArithmetic`], a physical optimizer rule run last, sets the
 //!   flag on every `+`, `-` and `*` in projections, filters and aggregate
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue};
+use datafusion::logical_expr::expr::Cast;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{BinaryExpr as LogicalBinary, Expr, LogicalPlan, Operator};
 use datafusion::optimizer::AnalyzerRule;
@@ -148,8 +150,19 @@ impl AnalyzerRule for CheckedConstants {
     }
 }
 
-/// Integer constant arithmetic, folded with checked operations.
+/// Integer constant arithmetic, folded with checked operations; an integer
+/// literal cast to another integer type that holds it (the dialect's
+/// `CAST(1 AS integer)`) is folded first, so its arithmetic is too.
 fn fold(e: Expr) -> Result<Transformed<Expr>> {
+    if let Expr::Cast(Cast { expr, field }) = &e
+        && let Expr::Literal(v, None) = &**expr
+        && v.data_type().is_integer()
+        && field.data_type().is_integer()
+        && let Ok(narrow) = v.cast_to(field.data_type())
+        && !narrow.is_null()
+    {
+        return Ok(Transformed::yes(Expr::Literal(narrow, None)));
+    }
     let Expr::BinaryExpr(LogicalBinary { left, op, right }) = &e else {
         return Ok(Transformed::no(e));
     };
