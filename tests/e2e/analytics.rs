@@ -27,6 +27,12 @@ const QUERIES: &[&str] = &[
     "SELECT DISTINCT age * 2 FROM runners ORDER BY age * 2",
     "SELECT CASE WHEN age > 40 THEN 1 ELSE 0 END AS senior, count(*) FROM runners \
      GROUP BY CASE WHEN age > 40 THEN 1 ELSE 0 END",
+    // sum(bigint) is numeric: totals past 2^63 are exact, not wrapped
+    "SELECT sum(age::bigint * 100000000000000000), pg_typeof(sum(count)) AS a, \
+     pg_typeof(sum(age)) AS b FROM (SELECT *, count(*) OVER () AS count FROM runners) AS r",
+    "SELECT race, sum(age::bigint * 100000000000000000) OVER (PARTITION BY race) FROM runners",
+    "SELECT race, sum(age::bigint * 100000000000000000) FROM runners GROUP BY race",
+    "SELECT sum(n) FROM (SELECT count(*) AS n FROM runners GROUP BY race) AS c",
     // functions taking integer (oid) arguments take an integer literal
     "SELECT pg_get_userbyid(10), format_type(23, -1), format_type(25, NULL)",
     // aggregates

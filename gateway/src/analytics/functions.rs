@@ -152,6 +152,25 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Settings>>)
     }
 }
 
+/// The types `f`'s signature coerces arguments of `types` to.
+fn coerced<F: datafusion::logical_expr::type_coercion::functions::UDFCoercionExt>(
+    types: &[DataType],
+    f: &F,
+) -> Result<Vec<DataType>> {
+    let fields: Vec<_> = types
+        .iter()
+        .map(|t| {
+            Arc::new(datafusion::arrow::datatypes::Field::new(
+                "a",
+                t.clone(),
+                true,
+            ))
+        })
+        .collect();
+    datafusion::logical_expr::type_coercion::functions::fields_with_udf(&fields, f)
+        .map(|f| f.iter().map(|f| f.data_type().clone()).collect())
+}
+
 /// True when a signature names `integer` (Int32) for an argument.
 fn takes_int4(s: &TypeSignature) -> bool {
     match s {
@@ -189,21 +208,7 @@ impl ScalarUDFImpl for Int4Arguments {
         &self.signature
     }
     fn coerce_types(&self, types: &[DataType]) -> Result<Vec<DataType>> {
-        use datafusion::logical_expr::type_coercion::functions::fields_with_udf;
-        let coerce = |types: &[DataType]| {
-            let fields: Vec<_> = types
-                .iter()
-                .map(|t| {
-                    Arc::new(datafusion::arrow::datatypes::Field::new(
-                        "a",
-                        t.clone(),
-                        true,
-                    ))
-                })
-                .collect();
-            fields_with_udf(&fields, self.inner.as_ref())
-                .map(|f| f.iter().map(|f| f.data_type().clone()).collect())
-        };
+        let coerce = |types: &[DataType]| coerced(types, self.inner.as_ref());
         coerce(types).or_else(|first| {
             let narrowed: Vec<DataType> = types
                 .iter()

@@ -304,6 +304,11 @@ impl Engine {
             .with_config(config)
             .with_runtime_env(env)
             .with_default_features()
+            .with_analyzer_rules(
+                std::iter::once(Arc::new(overflow::BigintSums) as _)
+                    .chain(datafusion::optimizer::Analyzer::new().rules)
+                    .collect(),
+            )
             .with_physical_optimizer_rule(Arc::new(overflow::CheckedArithmetic))
             .build();
         let ctx = SessionContext::new_with_state(state);

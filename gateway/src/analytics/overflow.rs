@@ -10,15 +10,23 @@
 //!   decimals, the same answer for floats and times).
 //! - [`CheckedConstants`], an analyzer rule run before the simplifier,
 //!   folds integer constant arithmetic itself with checked operations.
+//! - [`BigintSums`], an analyzer rule run before type coercion, makes
+//!   `sum` of `bigint` `numeric`, as PostgreSQL's is: DataFusion sums
+//!   `bigint` into `bigint` with wrapping adds.
 
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::Cast;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{BinaryExpr as LogicalBinary, Expr, LogicalPlan, Operator};
+use datafusion::logical_expr::utils::merge_schema;
+use datafusion::logical_expr::{
+    BinaryExpr as LogicalBinary, Expr, ExprSchemable, LogicalPlan, Operator,
+    WindowFunctionDefinition,
+};
 use datafusion::optimizer::AnalyzerRule;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::BinaryExpr;
@@ -179,4 +187,53 @@ fn fold(e: Expr) -> Result<Transformed<Expr>> {
         _ => l.mul_checked(r)?,
     };
     Ok(Transformed::yes(Expr::Literal(v, None)))
+}
+
+/// The analyzer rule: `sum(x)` for a `bigint` `x` sums `CAST(x AS
+/// numeric(38,0))`, so a total past 2^63 is exact. Run before type
+/// coercion, which recomputes the types above it; `sum` of `integer`
+/// stays `bigint`, as in PostgreSQL.
+#[derive(Debug, Default)]
+pub struct BigintSums;
+
+impl AnalyzerRule for BigintSums {
+    fn analyze(&self, plan: LogicalPlan, _: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|plan| {
+            if !matches!(plan, LogicalPlan::Aggregate(_) | LogicalPlan::Window(_)) {
+                return Ok(Transformed::no(plan));
+            }
+            let schema = merge_schema(&plan.inputs());
+            let names = NamePreserver::new(&plan);
+            plan.map_expressions(|e| {
+                let name = names.save(&e);
+                Ok(e.transform_up(|e| numeric_sum(e, &schema))?
+                    .update_data(|e| name.restore(e)))
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "tablegate_bigint_sums"
+    }
+}
+
+fn numeric_sum(mut e: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let args = match &mut e {
+        Expr::AggregateFunction(f) if f.func.name() == "sum" => &mut f.params.args,
+        Expr::WindowFunction(w) => match &w.fun {
+            WindowFunctionDefinition::AggregateUDF(f) if f.name() == "sum" => &mut w.params.args,
+            _ => return Ok(Transformed::no(e)),
+        },
+        _ => return Ok(Transformed::no(e)),
+    };
+    let [arg] = args.as_mut_slice() else {
+        return Ok(Transformed::no(e));
+    };
+    if !matches!(arg.get_type(schema), Ok(DataType::Int64 | DataType::UInt64)) {
+        return Ok(Transformed::no(e));
+    }
+    let x = std::mem::replace(arg, Expr::Literal(ScalarValue::Null, None));
+    *arg = x.cast_to(&DataType::Decimal128(38, 0), schema)?;
+    Ok(Transformed::yes(e))
 }
