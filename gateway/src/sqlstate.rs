@@ -457,6 +457,9 @@ impl From<&datafusion::common::DataFusionError> for PgError {
                     return PgError::new("42883", format!("function {name}() does not exist"))
                         .hint("No function matches the given name. You might need to add explicit type casts.");
                 }
+                if let Some(e) = no_such_function(m) {
+                    return e;
+                }
                 let code = if lower.contains("table") && lower.contains("not found") {
                     "42P01"
                 } else if lower.contains("divide by zero") || lower.contains("division by zero") {
@@ -480,6 +483,64 @@ impl From<&datafusion::common::DataFusionError> for PgError {
             other => PgError::new("XX000", other.strip_backtrace()),
         }
     }
+}
+
+/// DataFusion's refusal of a call or an operator for its argument types, in
+/// PostgreSQL's words (42883), the types named as PostgreSQL names them:
+/// `function left(bigint, text) does not exist`, `operator does not exist:
+/// integer + text`.
+#[cfg(feature = "analytics")]
+fn no_such_function(m: &str) -> Option<PgError> {
+    let pg = |t: &str| {
+        t.trim()
+            .parse::<arrow_schema::DataType>()
+            .map(|t| crate::analytics::functions::pg_type_name(&t))
+            .unwrap_or_else(|_| t.trim().to_owned())
+    };
+    const MARK: &str = "No function matches the given name and argument types '";
+    if let Some(at) = m.find(MARK) {
+        let call = &m[at + MARK.len()..];
+        let call = &call[..call.find('\'')?];
+        let (name, args) = call.split_once('(')?;
+        let args = &args[..args.rfind(')')?];
+        // Split at the commas outside parentheses: `Decimal128(10, 2)`.
+        let (mut depth, mut start, mut types) = (0, 0, Vec::new());
+        for (i, c) in args.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    types.push(pg(&args[start..i]));
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        if !args.trim().is_empty() {
+            types.push(pg(&args[start..]));
+        }
+        return Some(
+            PgError::new(
+                "42883",
+                format!("function {name}({}) does not exist", types.join(", ")),
+            )
+            .hint("No function matches the given name and argument types. You might need to add explicit type casts."),
+        );
+    }
+    let expr = m
+        .strip_prefix("Cannot coerce arithmetic expression ")?
+        .strip_suffix(" to valid types")?;
+    let (left, op, right) = ["+", "-", "*", "/", "%"].iter().find_map(|op| {
+        expr.split_once(&format!(" {op} "))
+            .map(|(l, r)| (l, *op, r))
+    })?;
+    Some(
+        PgError::new(
+            "42883",
+            format!("operator does not exist: {} {op} {}", pg(left), pg(right)),
+        )
+        .hint("No operator matches the given name and argument types. You might need to add explicit type casts."),
+    )
 }
 
 /// A column as PostgreSQL's 42703 names it: `"c"` alone, `t.c` qualified.

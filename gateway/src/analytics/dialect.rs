@@ -327,16 +327,16 @@ impl IntLiterals {
             return;
         }
         match e {
-            Expr::BinaryOp { left, op, right }
-                if matches!(
-                    op,
+            Expr::BinaryOp {
+                left,
+                op:
                     BinaryOperator::Plus
-                        | BinaryOperator::Minus
-                        | BinaryOperator::Multiply
-                        | BinaryOperator::Divide
-                        | BinaryOperator::Modulo
-                ) =>
-            {
+                    | BinaryOperator::Minus
+                    | BinaryOperator::Multiply
+                    | BinaryOperator::Divide
+                    | BinaryOperator::Modulo,
+                right,
+            } => {
                 IntLiterals::cast(left, true);
                 IntLiterals::cast(right, true);
             }

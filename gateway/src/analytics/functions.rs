@@ -312,7 +312,7 @@ fn type_oid(name: &str) -> Option<i32> {
 }
 
 /// PostgreSQL's name for the type of a value of `dt` (`format_type`).
-fn pg_type_name(dt: &DataType) -> String {
+pub(crate) fn pg_type_name(dt: &DataType) -> String {
     use pgwire::api::Type;
     let t = crate::encode::pg_type_of(dt);
     let name = |t: &Type| -> String {
