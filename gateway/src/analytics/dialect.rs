@@ -402,6 +402,24 @@ impl VisitorMut for IntLiterals {
                 IntLiterals::cast(&mut o.expr, false);
             }
         }
+        // `VALUES (1), (2)` is a column of integer; with `(3000000000)` in
+        // it, bigint, as the rows' common type.
+        fn values(body: &mut datafusion::sql::sqlparser::ast::SetExpr) {
+            use datafusion::sql::sqlparser::ast::SetExpr;
+            match body {
+                SetExpr::Values(v) => {
+                    for e in v.rows.iter_mut().flat_map(|r| r.content.iter_mut()) {
+                        IntLiterals::cast(e, true);
+                    }
+                }
+                SetExpr::SetOperation { left, right, .. } => {
+                    values(left);
+                    values(right);
+                }
+                _ => {}
+            }
+        }
+        values(&mut q.body);
         ControlFlow::Continue(())
     }
 }
@@ -869,6 +887,11 @@ mod tests {
         assert_eq!(
             one("SELECT DISTINCT *, a + b FROM t ORDER BY a + b"),
             "SELECT DISTINCT *, a + b FROM t ORDER BY a + b"
+        );
+        assert_eq!(
+            one("SELECT x FROM (VALUES (1), (3000000000), (-2 * 3)) AS v(x)"),
+            "SELECT x FROM (VALUES (CAST(1 AS INTEGER)), (3000000000), \
+             (CAST(-2 AS INTEGER) * CAST(3 AS INTEGER))) AS v (x)"
         );
         assert_eq!(
             one("SELECT x FROM (SELECT 7 AS x UNION SELECT 8) AS s"),
