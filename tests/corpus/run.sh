@@ -28,4 +28,6 @@ fi
 target=${CARGO_TARGET_DIR:-target}
 export TABLEGATE_CORPUS_OUT=${TABLEGATE_CORPUS_OUT:-$PWD/$target/corpus-differences.tsv}
 mkdir -p "$(dirname "$TABLEGATE_CORPUS_OUT")"
-cargo test --test e2e corpus::sqllogictest_against_postgresql -- --exact --nocapture
+# --workspace: the root package alone would resolve other features and
+# rebuild DataFusion.
+cargo test --workspace --test e2e corpus::sqllogictest_against_postgresql -- --exact --nocapture
