@@ -23,6 +23,8 @@ const QUERIES: &[&str] = &[
     // expression in GROUP BY or ORDER BY still matches its select item
     "SELECT 7 / 2, -7 / 2, 7 % 3, 2147483647 + 0, pg_typeof(1 + 1), pg_typeof(age * 2), \
      pg_typeof(CASE WHEN age > 1 THEN 1 ELSE 0 END) FROM runners LIMIT 1",
+    "SELECT to_hex(-1), to_hex(255), to_hex(-1::bigint), to_hex(age - 100), to_hex(age::bigint - 100) \
+     FROM runners ORDER BY age LIMIT 1",
     "SELECT x, pg_typeof(x) FROM (VALUES (1), (2)) AS v(x)",
     "SELECT x, pg_typeof(x) FROM (VALUES (1), (3000000000)) AS v(x)",
     "SELECT age + 1 AS next, count(*) FROM runners GROUP BY age + 1 ORDER BY age + 1",

@@ -289,7 +289,7 @@ impl VisitorMut for SpecialNames {
 /// and CASE results, are cast, so `1 + 1` and `n * 2` over an `integer`
 /// column are `integer` too (and fail with 22003 past its range, as
 /// PostgreSQL's do). Function arguments keep DataFusion's types, but for
-/// `pg_typeof`'s. The same
+/// those of `pg_typeof` and `to_hex`, whose answers show the type. The same
 /// expressions in GROUP BY and ORDER BY get the same casts, so they still
 /// match their select item; a bare number there is a position, left alone.
 #[derive(Debug)]
@@ -345,8 +345,13 @@ impl IntLiterals {
                 expr,
             } => IntLiterals::cast(expr, true),
             Expr::Nested(inner) => IntLiterals::cast(inner, true),
-            // What `pg_typeof` reports is what the select item would be.
-            Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("pg_typeof") => {
+            // What `pg_typeof` reports is what the select item would be;
+            // `to_hex(-1)` is `ffffffff`, of an integer.
+            Expr::Function(f)
+                if ["pg_typeof", "to_hex"]
+                    .iter()
+                    .any(|n| f.name.to_string().eq_ignore_ascii_case(n)) =>
+            {
                 if let FunctionArguments::List(list) = &mut f.args
                     && let [
                         datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
@@ -532,7 +537,7 @@ impl VisitorMut for UniqueNames {
         &mut self,
         q: &mut datafusion::sql::sqlparser::ast::Query,
     ) -> ControlFlow<()> {
-        use datafusion::sql::sqlparser::ast::SelectItem;
+        use datafusion::sql::sqlparser::ast::{SelectItem, Value, visit_expressions_mut};
         for_each_select(&mut q.body, &mut |sel| {
             let mut seen = std::collections::HashSet::new();
             for (i, item) in sel.projection.iter_mut().enumerate() {
@@ -542,7 +547,18 @@ impl VisitorMut for UniqueNames {
                     // Identifiers of two tables (`a.id, b.id`) are
                     // told apart by their qualifiers already.
                     SelectItem::UnnamedExpr(Expr::CompoundIdentifier(_)) => continue,
-                    SelectItem::UnnamedExpr(other) => other.to_string(),
+                    // DataFusion leaves casts out of a name: `a - 1` and
+                    // `a::bigint - 1` are named alike.
+                    SelectItem::UnnamedExpr(other) => {
+                        let mut bare = other.clone();
+                        let _ = visit_expressions_mut(&mut bare, |e| {
+                            if let Expr::Cast { expr, .. } = e {
+                                *e = std::mem::replace(&mut **expr, Expr::value(Value::Null));
+                            }
+                            ControlFlow::<()>::Continue(())
+                        });
+                        bare.to_string()
+                    }
                     _ => continue,
                 };
                 if seen.insert(key) {
@@ -826,7 +842,8 @@ mod tests {
     fn a_cast_to_varchar_n_keeps_n_characters() {
         assert_eq!(
             one("SELECT CAST(s AS VARCHAR(2)), 'abc'::character varying(1), s::varchar FROM t"),
-            "SELECT left(CAST(s AS VARCHAR), 2), left('abc'::VARCHAR, 1), s::VARCHAR FROM t"
+            "SELECT left(CAST(s AS VARCHAR), 2), left('abc'::VARCHAR, 1), s::VARCHAR AS \
+             __tg_column_3 FROM t"
         );
     }
 
@@ -837,6 +854,11 @@ mod tests {
             "SELECT a + CAST(1 AS INTEGER), a + CAST(1 AS INTEGER) AS __tg_column_2, \
              (SELECT CAST(1 AS INTEGER) FROM t), (SELECT CAST(2 AS INTEGER) FROM u) AS \
              __tg_column_4, b, b AS __tg_column_6 FROM t"
+        );
+        // Casts are not in DataFusion's names.
+        assert_eq!(
+            one("SELECT a, a::bigint FROM t"),
+            "SELECT a, a::BIGINT AS __tg_column_2 FROM t"
         );
         // Columns of two tables keep their qualifiers and names.
         let sql = "SELECT x.id, y.id FROM x JOIN y ON x.k = y.k";

@@ -49,6 +49,7 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Settings>>)
         }),
     ));
     ctx.register_udf(ScalarUDF::from(PgTypeof::new()));
+    ctx.register_udf(ScalarUDF::from(ToHex::new()));
     ctx.register_udf(create_udf(
         "to_regtype",
         vec![DataType::Utf8],
@@ -332,6 +333,54 @@ pub(crate) fn pg_type_name(dt: &DataType) -> String {
     match t.kind() {
         postgres_types::Kind::Array(elem) => format!("{}[]", name(elem)),
         _ => name(&t),
+    }
+}
+
+/// `to_hex(integer)` and `to_hex(bigint)`: two's complement in the
+/// argument's own width, as PostgreSQL's (`to_hex(-1::int)` is `ffffffff`;
+/// DataFusion's widens to 64 bits first).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ToHex {
+    signature: Signature,
+}
+
+impl ToHex {
+    fn new() -> Self {
+        ToHex {
+            signature: Signature::one_of(
+                vec![
+                    TypeSignature::Exact(vec![DataType::Int32]),
+                    TypeSignature::Exact(vec![DataType::Int64]),
+                ],
+                Volatility::Immutable,
+            ),
+        }
+    }
+}
+
+impl ScalarUDFImpl for ToHex {
+    fn name(&self) -> &str {
+        "to_hex"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let values = ColumnarValue::values_to_arrays(&args.args)?;
+        let out: StringArray = match values[0].data_type() {
+            DataType::Int32 => datafusion::common::cast::as_int32_array(&values[0])?
+                .iter()
+                .map(|v| v.map(|v| format!("{:x}", v as u32)))
+                .collect(),
+            _ => datafusion::common::cast::as_int64_array(&values[0])?
+                .iter()
+                .map(|v| v.map(|v| format!("{:x}", v as u64)))
+                .collect(),
+        };
+        Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
     }
 }
 
