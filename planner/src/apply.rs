@@ -72,8 +72,8 @@ struct Intent {
 }
 
 /// Conflict re-reads before a statement gives up with 40001. PostgreSQL's
-/// UPDATE waits for the row instead and never gives up, so generous: four
-/// sessions incrementing one row on two loaded cores lost eight in a row.
+/// UPDATE waits for the row instead and never gives up, so generous: a few
+/// sessions updating one row on busy cores can lose many rounds in a row.
 const MAX_ATTEMPTS: usize = 16;
 
 /// The pause before a conflict re-read: 0.2 ms · (2^x − 1), jittered ±20%,
