@@ -30,6 +30,10 @@ pub struct TableStats {
     pub entities: u64,
     /// Distinct PartitionKeys with at least one entity.
     pub partitions: u64,
+    /// Bytes the entities take, keys and values as the store encodes them
+    /// ([`crate::stored_len`]); `None` where the store does not count them
+    /// (a data directory written before it did).
+    pub bytes: Option<u64>,
 }
 
 /// What a scan would read, estimated from statistics and bounded probes.

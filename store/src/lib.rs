@@ -57,7 +57,7 @@ pub use api::{
 };
 pub use backend::{Backend, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use codec::{EncodedEntities, EncodedEntity, RawProperty, ValueRef};
+pub use codec::{EncodedEntities, EncodedEntity, RawProperty, ValueRef, stored_len};
 pub use engine::Durability;
 pub use engine::health::{EngineFailure, HealthReport};
 pub use entity::{DateTime, ETag, EdmType, Entity, EntityWrite, IfMatch, Timestamp, Value};

@@ -83,6 +83,11 @@ struct TableEntry {
     entities: AtomicI64,
     /// Partitions with at least one entity.
     partitions: AtomicI64,
+    /// Bytes of the table's entities (sum of the persisted partition
+    /// byte counts).
+    bytes: AtomicI64,
+    /// False when a partition's statistics predate byte counting.
+    bytes_known: AtomicBool,
     /// Writers hold it shared; drop holds it exclusively.
     gate: RwLock<()>,
     dropped: AtomicBool,
@@ -324,7 +329,7 @@ impl LocalStore {
             for kv in scan {
                 let (k, v) = kv?;
                 let pk = decode_stats_pk(&k)?;
-                let count = decode_count(&v)?;
+                let count = decode_stats(&v)?.entities;
                 let p_start = codec::partition_start(t.id, pk);
                 let p_end = codec::partition_end(t.id, pk);
                 if p_end <= start || p_start >= end {
@@ -380,6 +385,10 @@ impl LocalStore {
         Ok(TableStats {
             entities: t.entities.load(Ordering::Relaxed).max(0) as u64,
             partitions: t.partitions.load(Ordering::Relaxed).max(0) as u64,
+            bytes: t
+                .bytes_known
+                .load(Ordering::Relaxed)
+                .then(|| t.bytes.load(Ordering::Relaxed).max(0) as u64),
         })
     }
 
@@ -409,7 +418,7 @@ impl LocalStore {
             let (k, v) = kv?;
             out.push(PartitionStats {
                 partition_key: decode_stats_pk(&k)?.to_owned(),
-                entities: decode_count(&v)?,
+                entities: decode_stats(&v)?.entities,
             });
         }
         Ok(out)
@@ -419,6 +428,40 @@ impl LocalStore {
 fn decode_stats_pk(k: &[u8]) -> Result<&str> {
     std::str::from_utf8(&k[codec::TABLE_PREFIX_LEN..])
         .map_err(|_| StoreError::Corrupt("statistics key is not UTF-8".into()))
+}
+
+/// A partition's persisted statistics: its entity count and their bytes,
+/// big-endian u64s. A value of the count alone predates byte counting.
+#[derive(Debug, Clone, Copy, Default)]
+struct PartitionCounts {
+    entities: u64,
+    bytes: Option<u64>,
+}
+
+impl PartitionCounts {
+    fn encode(self) -> Vec<u8> {
+        let mut v = self.entities.to_be_bytes().to_vec();
+        if let Some(b) = self.bytes {
+            v.extend_from_slice(&b.to_be_bytes());
+        }
+        v
+    }
+}
+
+fn decode_stats(v: &[u8]) -> Result<PartitionCounts> {
+    let (count, bytes) = match v.len() {
+        8 => (v, None),
+        16 => (&v[..8], Some(decode_count(&v[8..])?)),
+        _ => {
+            return Err(StoreError::Corrupt(
+                "partition statistics are not 8 or 16 bytes".into(),
+            ));
+        }
+    };
+    Ok(PartitionCounts {
+        entities: decode_count(count)?,
+        bytes,
+    })
 }
 
 fn decode_count(v: &[u8]) -> Result<u64> {
@@ -459,7 +502,7 @@ impl Inner {
             let id = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
             let name = String::from_utf8(v[8..].to_vec())
                 .map_err(|_| StoreError::Corrupt("table name is not UTF-8".into()))?;
-            let (mut entities, mut partitions) = (0i64, 0i64);
+            let (mut entities, mut partitions, mut bytes) = (0i64, 0i64, Some(0i64));
             let stats = self.engine.scan(
                 Space::Stats,
                 Bound::Included(codec::table_prefix(id).to_vec()),
@@ -467,7 +510,9 @@ impl Inner {
             );
             for kv in stats {
                 let (_, v) = kv?;
-                entities += decode_count(&v)? as i64;
+                let counts = decode_stats(&v)?;
+                entities += counts.entities as i64;
+                bytes = bytes.zip(counts.bytes).map(|(sum, b)| sum + b as i64);
                 partitions += 1;
             }
             tables.insert(
@@ -477,6 +522,8 @@ impl Inner {
                     name,
                     entities: AtomicI64::new(entities),
                     partitions: AtomicI64::new(partitions),
+                    bytes: AtomicI64::new(bytes.unwrap_or(0)),
+                    bytes_known: AtomicBool::new(bytes.is_some()),
                     gate: RwLock::new(()),
                     dropped: AtomicBool::new(false),
                 }),
@@ -551,6 +598,8 @@ impl Inner {
                 name: name.to_owned(),
                 entities: AtomicI64::new(0),
                 partitions: AtomicI64::new(0),
+                bytes: AtomicI64::new(0),
+                bytes_known: AtomicBool::new(true),
                 gate: RwLock::new(()),
                 dropped: AtomicBool::new(false),
             }),
@@ -659,8 +708,13 @@ impl Inner {
         let mut batch = Vec::with_capacity(ops.len() + 1);
         let mut outcomes = Vec::with_capacity(ops.len());
         let mut delta: i64 = 0;
+        let mut delta_bytes: i64 = 0;
         for (i, (op, cur)) in ops.iter().zip(current).enumerate() {
             let existed = cur.is_some();
+            if let Some(c) = &cur {
+                let props = c.properties.iter().map(|(k, v)| (k.as_str(), v));
+                delta_bytes -= codec::stored_len(pk, op.keys().1, props) as i64;
+            }
             let effect = op.apply(cur).map_err(|e| e.at_operation(i))?;
             let (pk, rk) = op.keys();
             let key = codec::entity_key(t.id, pk, rk);
@@ -668,18 +722,22 @@ impl Inner {
                 // The operation's own properties are encoded where they
                 // are; the outcome keeps only the Timestamp.
                 Effect::PutSent(w) => {
+                    let value = codec::encode_properties(timestamp, w.non_null());
+                    delta_bytes += (key.len() + value.len()) as i64;
                     batch.push(Mutation::Put {
                         space: Space::Entities,
                         key,
-                        value: codec::encode_properties(timestamp, w.non_null()),
+                        value,
                     });
                     Written::AsSent(timestamp)
                 }
                 Effect::PutMerged(properties) => {
+                    let value = codec::encode_value(timestamp, &properties);
+                    delta_bytes += (key.len() + value.len()) as i64;
                     batch.push(Mutation::Put {
                         space: Space::Entities,
                         key,
-                        value: codec::encode_value(timestamp, &properties),
+                        value,
                     });
                     Written::Entity(op.stamped(properties, timestamp))
                 }
@@ -698,19 +756,30 @@ impl Inner {
             outcomes.push(OpOutcome { existed, written });
         }
 
-        // The partition's entity count commits in the same atomic batch.
+        // The partition's entity and byte counts commit in the same atomic
+        // batch.
         let stats_key = codec::stats_key(t.id, pk);
-        let before = match self.engine.get(Space::Stats, &stats_key)? {
-            Some(v) => decode_count(&v)? as i64,
-            None => 0,
+        let prior = match self.engine.get(Space::Stats, &stats_key)? {
+            Some(v) => decode_stats(&v)?,
+            None => PartitionCounts {
+                entities: 0,
+                bytes: Some(0),
+            },
         };
+        let before = prior.entities as i64;
         let after = before + delta;
-        if delta != 0 {
+        if delta != 0 || (delta_bytes != 0 && prior.bytes.is_some()) {
+            let counts = PartitionCounts {
+                entities: after.max(0) as u64,
+                bytes: prior
+                    .bytes
+                    .map(|b| (b as i64).saturating_add(delta_bytes).max(0) as u64),
+            };
             batch.push(if after > 0 {
                 Mutation::Put {
                     space: Space::Stats,
                     key: stats_key,
-                    value: (after as u64).to_be_bytes().to_vec(),
+                    value: counts.encode(),
                 }
             } else {
                 Mutation::Delete {
@@ -721,6 +790,7 @@ impl Inner {
         }
         self.engine.apply(batch)?;
         t.entities.fetch_add(delta, Ordering::Relaxed);
+        t.bytes.fetch_add(delta_bytes, Ordering::Relaxed);
         match (before > 0, after > 0) {
             (false, true) => t.partitions.fetch_add(1, Ordering::Relaxed),
             (true, false) => t.partitions.fetch_sub(1, Ordering::Relaxed),
@@ -933,5 +1003,24 @@ impl Inner {
             }
         }
         Ok(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_statistics_read_both_layouts() {
+        let now = PartitionCounts {
+            entities: 3,
+            bytes: Some(120),
+        };
+        let back = decode_stats(&now.encode()).unwrap();
+        assert_eq!((back.entities, back.bytes), (3, Some(120)));
+        // A count alone was written before bytes were counted.
+        let old = decode_stats(&7u64.to_be_bytes()).unwrap();
+        assert_eq!((old.entities, old.bytes), (7, None));
+        assert!(decode_stats(&[0; 12]).is_err());
     }
 }

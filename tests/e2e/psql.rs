@@ -432,3 +432,93 @@ fn psql_connects_through_a_socket_directory() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("42"), "{stdout}");
 }
+
+/// Object sizes come from the store's byte statistics: they follow
+/// inserts, updates and deletes, survive a restart, answer by name and by
+/// `pg_class` oid, fill `\dt+`'s Size column, and refuse what PostgreSQL
+/// refuses with its SQLSTATEs.
+#[test]
+fn object_sizes_come_from_store_statistics() {
+    let dir = tempfile::tempdir().unwrap();
+    let value = |s: &TestServer, sql: &str| -> String {
+        let (out, err, ok) = psql(
+            s,
+            &["\\pset tuples_only on", "\\pset format unaligned", sql],
+        );
+        assert!(ok, "{sql}: {err}");
+        out.lines().last().unwrap_or_default().to_owned()
+    };
+    let size =
+        |s: &TestServer| -> i64 { value(s, "SELECT pg_table_size('notes')").parse().unwrap() };
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let (_, err, ok) = psql(
+        &s,
+        &["CREATE TABLE notes (pk text, rk int, body text, PRIMARY KEY (pk, rk))"],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(size(&s), 0);
+
+    let (_, err, ok) = psql(
+        &s,
+        &[
+            "INSERT INTO notes SELECT 'p' || (n % 4), n, repeat('x', 200) FROM generate_series(1, 100) AS g(n)",
+        ],
+    );
+    assert!(ok, "{err}");
+    let full = size(&s);
+    // 100 bodies of 200 bytes, plus keys and framing.
+    assert!((20_000..40_000).contains(&full), "{full}");
+    assert_eq!(
+        value(
+            &s,
+            "SELECT pg_total_relation_size('public.notes') = pg_table_size('NOTES') \
+             AND pg_relation_size('notes', 'main') = pg_table_size('\"notes\"') \
+             AND pg_relation_size('notes', 'fsm') = 0 AND pg_indexes_size('notes') = 0"
+        ),
+        "t"
+    );
+    // By oid, as psql's \dt+ asks; the database holds the demo-less table.
+    assert_eq!(
+        value(
+            &s,
+            "SELECT pg_table_size(c.oid) FROM pg_class c WHERE c.relname = 'notes'"
+        ),
+        full.to_string()
+    );
+    assert_eq!(
+        value(&s, "SELECT pg_database_size(current_database())"),
+        full.to_string()
+    );
+    assert_eq!(
+        value(&s, "SELECT pg_typeof(pg_table_size('notes'))"),
+        "bigint"
+    );
+    assert_eq!(value(&s, "SELECT pg_table_size(4000000000) IS NULL"), "t");
+    let (out, err, ok) = psql(&s, &["\\dt+ notes"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(" kB "), "{out}");
+
+    // Shorter bodies shrink it by what they lose; deletes take the rest.
+    let (_, err, ok) = psql(&s, &["UPDATE notes SET body = 'short' WHERE pk = 'p1'"]);
+    assert!(ok, "{err}");
+    assert_eq!(size(&s), full - 25 * 195);
+    let (_, err, ok) = psql(&s, &["DELETE FROM notes WHERE pk <> 'p2'"]);
+    assert!(ok, "{err}");
+    let kept = size(&s);
+    assert!(kept > 0 && kept < full / 3, "{kept} of {full}");
+    assert!(s.terminate());
+
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    assert_eq!(size(&s), kept, "the statistic is durable");
+
+    for (sql, code) in [
+        ("SELECT pg_table_size('nosuch')", "42P01"),
+        ("SELECT pg_relation_size('notes', 'heap')", "22023"),
+        ("SELECT pg_database_size('nosuch')", "3D000"),
+        ("SELECT pg_table_size('nosuch.notes')", "3F000"),
+        ("SELECT pg_table_size('a b')", "42602"),
+    ] {
+        let (_, err, ok) = psql(&s, &["\\set VERBOSITY verbose", sql]);
+        assert!(!ok && err.contains(code), "{sql}: {err}");
+    }
+}

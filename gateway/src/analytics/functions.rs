@@ -108,16 +108,6 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Settings>>)
             ScalarValue::Boolean(Some(true)),
         )));
     }
-    // Sizes by oid: the catalog's oids are not the store's table ids, so
-    // NULL (unknown), which psql shows as blank; `tablegate.tables` counts
-    // each table's entities.
-    for name in ["pg_table_size", "pg_indexes_size", "pg_database_size"] {
-        ctx.register_udf(ScalarUDF::from(Constant::new(
-            name,
-            &[1],
-            ScalarValue::Int64(None),
-        )));
-    }
     // tablegate has no functions of its own in the catalog (\df lists
     // none); these only need to exist for psql's query.
     for name in ["pg_get_function_result", "pg_get_function_arguments"] {

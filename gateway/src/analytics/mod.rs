@@ -32,6 +32,7 @@ pub mod literals;
 pub mod overflow;
 pub mod pg_fix;
 pub mod provider;
+mod sizes;
 pub mod system;
 
 use std::sync::Arc;
@@ -332,7 +333,7 @@ impl Engine {
                 Arc::new(system::SystemSchema::new(planner.clone())),
             )?;
         let planner_for_fix = planner;
-        datafusion_pg_catalog::setup_pg_catalog(
+        let oids = datafusion_pg_catalog::setup_pg_catalog(
             &ctx,
             DATABASE,
             SessionRoles {
@@ -347,11 +348,12 @@ impl Engine {
         if let Some(pg) = catalog.schema("pg_catalog") {
             catalog.register_schema(
                 "pg_catalog",
-                Arc::new(pg_fix::PgCatalogFix::new(pg, planner_for_fix)),
+                Arc::new(pg_fix::PgCatalogFix::new(pg, planner_for_fix.clone())),
             )?;
         }
         let session = Arc::new(Mutex::new(crate::settings::Settings::default()));
         functions::register(&ctx, user, session.clone());
+        sizes::register(&ctx, planner_for_fix.clone(), oids, DATABASE);
         ctx.add_analyzer_rule(Arc::new(literals::TimestampLiterals));
         ctx.add_analyzer_rule(Arc::new(overflow::CheckedConstants));
         Ok(Engine {

@@ -1053,7 +1053,10 @@ fn drop_removes_data_on_both_engines() {
         assert!(page.entities.is_empty() && page.continuation.is_none());
         assert_eq!(
             s.table_stats_blocking("gone").unwrap(),
-            TableStats::default()
+            TableStats {
+                bytes: Some(0),
+                ..TableStats::default()
+            }
         );
         // The same keys insert cleanly, and the other table is untouched.
         s.execute_blocking("gone", &ops).unwrap();
@@ -1225,7 +1228,8 @@ fn batch_failing_in_the_middle_applies_nothing() {
         s.table_stats_blocking(T).unwrap(),
         TableStats {
             entities: 2,
-            partitions: 1
+            partitions: 1,
+            bytes: bytes_of(&[r3.clone(), x.clone()]),
         }
     );
 
@@ -1747,7 +1751,21 @@ fn at_limit_entities_survive_reopen_on_disk() {
         s.table_stats_blocking(T).unwrap(),
         TableStats {
             entities: 10,
-            partitions: 5
+            partitions: 5,
+            bytes: bytes_of(&expected),
         }
     );
+}
+
+/// What the store's byte statistic should say for exactly these entities.
+fn bytes_of(entities: &[Entity]) -> Option<u64> {
+    Some(
+        entities
+            .iter()
+            .map(|e| {
+                let props = e.properties.iter().map(|(k, v)| (k.as_str(), v));
+                stored_len(&e.partition_key, &e.row_key, props)
+            })
+            .sum(),
+    )
 }

@@ -1347,6 +1347,14 @@ impl Harness {
             TableStats {
                 entities: m.rows.len() as u64,
                 partitions: m.partitions().len() as u64,
+                bytes: Some(
+                    m.rows
+                        .iter()
+                        .map(|((pk, rk), e)| {
+                            stored_len(pk, rk, e.props.iter().map(|(k, v)| (k.as_str(), v)))
+                        })
+                        .sum()
+                ),
             },
             "{} table_stats of {}",
             self.ctx(),

@@ -2,4 +2,4 @@ pub mod pg_catalog;
 mod pg_types;
 pub mod sql;
 
-pub use pg_catalog::setup_pg_catalog;
+pub use pg_catalog::{RelationOids, setup_pg_catalog};

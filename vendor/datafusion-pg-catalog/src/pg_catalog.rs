@@ -1488,7 +1488,7 @@ pub fn setup_pg_catalog<P>(
     session_context: &SessionContext,
     catalog_name: &str,
     context_provider: P,
-) -> Result<(), Box<DataFusionError>>
+) -> Result<RelationOids, Box<DataFusionError>>
 where
     P: PgCatalogContextProvider,
 {
@@ -1583,7 +1583,37 @@ where
     // replacing the former CastArrayBoundsForGenerateSeries SQL rewrite.
     generate_series_arg_coercion::CoerceIntArgsToBigInt::widen(session_context);
 
-    Ok(())
+    Ok(RelationOids(pg_catalog.oid_cache.clone()))
+}
+
+/// tablegate patch: the relations this session's `pg_class` has numbered,
+/// so functions taking a `regclass` (`pg_table_size(c.oid)`) can name the
+/// table an oid stands for.
+#[derive(Debug, Clone)]
+pub struct RelationOids(Arc<RwLock<HashMap<OidCacheKey, Oid>>>);
+
+impl RelationOids {
+    /// The schema and name of the relation `oid` numbers; `None` when no
+    /// `pg_class` scan has numbered it, or while one is renumbering.
+    pub fn relation(&self, oid: Oid) -> Option<(String, String)> {
+        let cache = self.0.try_read().ok()?;
+        cache.iter().find_map(|(key, v)| match key {
+            OidCacheKey::Table(_, schema, table) if *v == oid => {
+                Some((schema.clone(), table.clone()))
+            }
+            _ => None,
+        })
+    }
+
+    /// The name of the database (catalog) `oid` numbers, as for
+    /// [`relation`](Self::relation).
+    pub fn database(&self, oid: Oid) -> Option<String> {
+        let cache = self.0.try_read().ok()?;
+        cache.iter().find_map(|(key, v)| match key {
+            OidCacheKey::Catalog(name) if *v == oid => Some(name.clone()),
+            _ => None,
+        })
+    }
 }
 
 #[cfg(test)]
