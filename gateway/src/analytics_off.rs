@@ -106,6 +106,17 @@ impl Engine {
     }
 
     /// Refuses (no plan can reach it).
+    pub async fn execute_counted(
+        &self,
+        p: &EnginePlan,
+        _params: &[Option<Value>],
+        _opts: ExecOptions,
+        _scans: std::sync::Arc<parking_lot::Mutex<tablegate_planner::Actuals>>,
+    ) -> Result<BoxStream<'static, Result<RecordBatch, EngineError>>, EngineError> {
+        Err(not_built(&p.reason))
+    }
+
+    /// Refuses (no plan can reach it).
     pub async fn explain(
         &self,
         p: &EnginePlan,

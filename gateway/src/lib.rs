@@ -45,6 +45,7 @@ pub mod handler;
 pub mod server;
 pub mod settings;
 pub mod sqlstate;
+pub mod statements;
 pub mod telemetry;
 pub mod tls;
 #[cfg(unix)]

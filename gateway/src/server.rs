@@ -154,6 +154,25 @@ impl Server {
         } else {
             "sorry, too many clients already"
         };
+        // The statement log carries on from the last run, and is written
+        // back while the server runs and once more at the end.
+        let system = self.planner.store().system();
+        match crate::statements::statements().load(&*system).await {
+            Ok(n) => tracing::debug!(statements = n, "statement log loaded"),
+            Err(e) => tracing::warn!(error = %e, "cannot load the statement log; starting empty"),
+        }
+        let (stop_flusher, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let flusher = tokio::spawn(async move {
+            let mut every = tokio::time::interval(STATEMENT_LOG_FLUSH);
+            every.tick().await;
+            loop {
+                tokio::select! {
+                    _ = every.tick() => flush_statements(&*system).await,
+                    _ = &mut stopped => break,
+                }
+            }
+            flush_statements(&*system).await;
+        });
         let mut gauges = tokio::time::interval(Duration::from_secs(1));
         let mut accept_errors = EveryMinute::default();
         let mut refusals = EveryMinute::default();
@@ -245,7 +264,18 @@ impl Server {
         }
         // Whatever analytics still run stop at their next yield.
         analytics.shutdown();
+        let _ = stop_flusher.send(());
+        let _ = flusher.await;
         Ok(())
+    }
+}
+
+/// How often the statement log is written to the store.
+const STATEMENT_LOG_FLUSH: Duration = Duration::from_secs(5);
+
+async fn flush_statements(system: &dyn tablegate_store::TableStore) {
+    if let Err(e) = crate::statements::statements().flush(system).await {
+        tracing::warn!(error = %e, "cannot write the statement log");
     }
 }
 

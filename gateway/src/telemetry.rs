@@ -19,7 +19,7 @@
 //! serves one store.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use tablegate_planner::AccessClass;
@@ -225,6 +225,10 @@ pub struct StatementGuard {
     failed: bool,
     actuals: Actuals,
     span: tracing::Span,
+    /// The normalized text, for the statement log.
+    text: Option<Arc<str>>,
+    /// What an analytics plan's store scans did, filled as it ends.
+    scans: Option<Arc<parking_lot::Mutex<Actuals>>>,
 }
 
 impl StatementGuard {
@@ -243,7 +247,22 @@ impl StatementGuard {
             failed: false,
             actuals: Actuals::default(),
             span,
+            text: None,
+            scans: None,
         }
+    }
+
+    /// Counts what `scans` holds when the statement ends (an analytics
+    /// plan's store scans, which fill it as the plan finishes).
+    pub fn count_scans(&mut self, scans: Arc<parking_lot::Mutex<Actuals>>) {
+        self.scans = Some(scans);
+    }
+
+    /// Records the statement in the statement log under `text` (its
+    /// normalized form) too.
+    pub fn with_text(mut self, text: Option<Arc<str>>) -> Self {
+        self.text = text;
+        self
     }
 
     /// The statement's span (for `Instrument`).
@@ -277,6 +296,12 @@ impl StatementGuard {
 impl Drop for StatementGuard {
     fn drop(&mut self) {
         let elapsed = self.start.elapsed();
+        if let Some(scans) = self.scans.take() {
+            let s = scans.lock();
+            self.actuals.scanned += s.scanned;
+            self.actuals.retries += s.retries;
+            self.actuals.backoff += s.backoff;
+        }
         self.span.record("rows", self.actuals.returned);
         self.span.record("scanned", self.actuals.scanned);
         self.span.record("failed", self.failed);
@@ -288,6 +313,15 @@ impl Drop for StatementGuard {
             );
         });
         telemetry().record(self.class, self.failed, elapsed, &self.actuals);
+        if let Some(text) = &self.text {
+            crate::statements::statements().record(
+                text,
+                self.class,
+                self.failed,
+                elapsed,
+                &self.actuals,
+            );
+        }
     }
 }
 

@@ -93,6 +93,7 @@ fn system_views_show_tables_ranges_servers_and_counters() {
         "query_counters",
         "range_partitions",
         "servers",
+        "statements",
         "tables",
         "throttle_counters",
     ] {
@@ -581,4 +582,113 @@ fn examples_register_runners_retry_53000_and_not_client_errors() {
     );
     let v = ok_line(&out, "psycopg_race ok: ");
     assert_eq!((v["registered"], v["rows"]), (20, 40), "{out}");
+}
+
+/// The workload log: `tablegate.statements` keeps each statement by its
+/// normalized text and class, from both protocols, with calls, errors, rows
+/// and the entities the store read (analytics plans included); it survives
+/// a restart, and `tablegate_statements_reset()` empties it for good.
+#[tokio::test]
+async fn the_statement_log_records_the_workload_and_survives_restarts() {
+    use tokio_postgres::NoTls;
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    c.batch_execute(
+        "CREATE TABLE kvs (k text, r int, v text, PRIMARY KEY (k, r));
+         INSERT INTO kvs SELECT 'k' || (n % 5), n, 'v' FROM generate_series(1, 50) AS g(n)",
+    )
+    .await
+    .unwrap();
+    // Two runs of one shape through the simple protocol, three through a
+    // prepared statement, an analytics scan, and a failure.
+    for r in [1, 6] {
+        c.simple_query(&format!("SELECT v FROM kvs WHERE k = 'k1' AND r = {r}"))
+            .await
+            .unwrap();
+    }
+    let point = c
+        .prepare("SELECT v FROM kvs WHERE k = $1 AND r = $2")
+        .await
+        .unwrap();
+    for r in [1, 6, 11] {
+        assert_eq!(c.query(&point, &[&"k1", &r]).await.unwrap().len(), 1);
+    }
+    c.simple_query("SELECT count(*) FROM kvs WHERE v <> 'x'")
+        .await
+        .unwrap();
+    assert!(c.simple_query("SELECT 1/0 FROM kvs").await.is_err());
+
+    let log = |c: tokio_postgres::Client| async move {
+        let rows = c
+            .query(
+                "SELECT query, class, calls, errors, rows, entities_scanned FROM tablegate.statements \
+                 WHERE query NOT LIKE '%tablegate%' ORDER BY query, class",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| {
+                format!(
+                    "{} | {} | {} | {} | {} | {}",
+                    r.get::<_, String>(0),
+                    r.get::<_, String>(1),
+                    r.get::<_, i64>(2),
+                    r.get::<_, i64>(3),
+                    r.get::<_, i64>(4),
+                    r.get::<_, i64>(5)
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = log(c).await;
+    let want = |line: &str| {
+        assert!(
+            before.iter().any(|l| l == line),
+            "{line}\nnot in\n{before:#?}"
+        );
+    };
+    // (What the failed scan read depends on when the error stopped it.)
+    assert!(
+        before
+            .iter()
+            .any(|l| l.starts_with("SELECT $1/$2 FROM kvs | analytics | 1 | 1 | 0 |")),
+        "{before:#?}"
+    );
+    want("SELECT count(*) FROM kvs WHERE v <> $1 | analytics | 1 | 0 | 1 | 50");
+    want("SELECT v FROM kvs WHERE k = $1 AND r = $2 | point | 5 | 0 | 5 | 5");
+    assert!(
+        before.iter().any(|l| l.starts_with("CREATE TABLE kvs")),
+        "{before:#?}"
+    );
+    assert!(
+        before
+            .iter()
+            .any(|l| l.contains("generate_series($4, $5)") && l.contains("| write | 1 | 0 | 50 |")),
+        "{before:#?}"
+    );
+
+    // Written back on shutdown, read again at start.
+    assert!(s.terminate());
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    assert_eq!(log(c).await, before);
+
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let n: i64 = c
+        .query_one("SELECT tablegate_statements_reset()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(n >= before.len() as i64, "{n}");
+    assert_eq!(log(c).await, Vec::<String>::new());
+    assert!(s.terminate());
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    assert_eq!(log(c).await, Vec::<String>::new(), "the reset is durable");
 }

@@ -130,6 +130,18 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Settings>>)
             ScalarValue::Utf8(None),
         )));
     }
+    // Forgets the statement log (tablegate.statements), as
+    // pg_stat_statements_reset() does; answers how many entries went.
+    ctx.register_udf(create_udf(
+        "tablegate_statements_reset",
+        vec![],
+        DataType::Int64,
+        Volatility::Volatile,
+        Arc::new(|_: &[ColumnarValue]| {
+            let n = crate::statements::statements().reset();
+            Ok(ColumnarValue::Scalar(ScalarValue::Int64(Some(n as i64))))
+        }),
+    ));
     // Last, so it sees every function registered above.
     let int4: Vec<Arc<ScalarUDF>> = ctx
         .state()

@@ -494,6 +494,19 @@ impl Engine {
         params: &[Option<Value>],
         opts: ExecOptions,
     ) -> Result<SendableRecordBatchStream, DataFusionError> {
+        self.execute_counted(p, params, opts, Arc::default()).await
+    }
+
+    /// [`execute`](Self::execute), leaving in `scans` what the plan's store
+    /// scans did (entities read, throttled retries) once its last batch is
+    /// produced.
+    pub async fn execute_counted(
+        &self,
+        p: &EnginePlan,
+        params: &[Option<Value>],
+        opts: ExecOptions,
+        scans: Arc<Mutex<tablegate_planner::Actuals>>,
+    ) -> Result<SendableRecordBatchStream, DataFusionError> {
         use futures::{FutureExt, StreamExt};
         let plan = self.bind(p, params, opts)?;
         let permit = self.pool.admit_plan(&plan).await?;
@@ -508,9 +521,16 @@ impl Engine {
             // from, or a client that stops reading, holds no turn.
             let metered = permit.is_some();
             let mut permit = permit;
-            let stream = match ctx.execute_logical_plan(plan).await {
-                Ok(df) => df.execute_stream().await,
+            let physical = match ctx.execute_logical_plan(plan).await {
+                Ok(df) => df.create_physical_plan().await,
                 Err(e) => Err(e),
+            };
+            let (physical, stream) = match physical {
+                Ok(p) => (
+                    Some(p.clone()),
+                    datafusion::physical_plan::execute_stream(p, ctx.task_ctx()),
+                ),
+                Err(e) => (None, Err(e)),
             };
             let mut stream = match stream {
                 Ok(s) => {
@@ -534,6 +554,9 @@ impl Engine {
                     (false, None) => None,
                 };
                 let Some(batch) = stream.next().await else {
+                    if let Some(p) = &physical {
+                        *scans.lock() = provider::StoreScanExec::scanned_by(p);
+                    }
                     return;
                 };
                 drop(held);

@@ -450,6 +450,22 @@ impl StoreScanExec {
         })
     }
 
+    /// What every store scan in `plan` did, summed: the entities an
+    /// analytics statement read, for the counters and the statement log.
+    pub fn scanned_by(plan: &Arc<dyn ExecutionPlan>) -> Actuals {
+        let mut sum = match plan.downcast_ref::<StoreScanExec>() {
+            Some(scan) => scan.actuals(),
+            None => Actuals::default(),
+        };
+        for child in plan.children() {
+            let a = Self::scanned_by(child);
+            sum.scanned += a.scanned;
+            sum.retries += a.retries;
+            sum.backoff += a.backoff;
+        }
+        sum
+    }
+
     /// What the scan did, summed over its partitions.
     pub fn actuals(&self) -> Actuals {
         let mut sum = Actuals::default();

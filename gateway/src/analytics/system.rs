@@ -9,6 +9,7 @@
 //! | `hot_partitions` | PartitionKey running at ≥ 50% of its target (warm) or ≥ 90% (hot) |
 //! | `insert_patterns` | table whose inserts follow the append-only / prepend-only anti-pattern |
 //! | `query_counters` | query class: statements, errors, time, entities scanned and returned |
+//! | `statements` | normalized statement and class: calls, time, rows, entities scanned (the workload) |
 //! | `throttle_counters` | throttling scope (partition, server, account): requests refused |
 //! | `balance_events` | split or move the balancer made |
 //! | `health` | the storage engine: whether it takes writes, why not, error counts |
@@ -39,7 +40,7 @@ use crate::telemetry::telemetry;
 pub const SCHEMA: &str = "tablegate";
 
 /// The views, in the order `\dv` lists them (alphabetical).
-pub const VIEWS: [&str; 9] = [
+pub const VIEWS: [&str; 10] = [
     "balance_events",
     "health",
     "hot_partitions",
@@ -47,6 +48,7 @@ pub const VIEWS: [&str; 9] = [
     "query_counters",
     "range_partitions",
     "servers",
+    "statements",
     "tables",
     "throttle_counters",
 ];
@@ -172,6 +174,21 @@ fn view_schema(name: &str) -> SchemaRef {
             int("rows_returned"),
             int("throttled_retries"),
             float("backoff_ms"),
+        ],
+        "statements" => vec![
+            text("query"),
+            text("class"),
+            int("calls"),
+            int("errors"),
+            float("total_ms"),
+            float("mean_ms"),
+            float("max_ms"),
+            int("rows"),
+            int("entities_scanned"),
+            float("scanned_per_call"),
+            int("throttled_retries"),
+            timestamp("first_seen"),
+            timestamp("last_seen"),
         ],
         "throttle_counters" => vec![text("scope"), int("target_per_sec"), int("throttled")],
         "health" => vec![
@@ -399,6 +416,28 @@ impl SystemView {
                         i(s.returned),
                         i(s.retries),
                         f(s.backoff.as_secs_f64() * 1e3),
+                    ]);
+                }
+            }
+            "statements" => {
+                for e in crate::statements::statements().snapshot() {
+                    let s = &e.stats;
+                    let ms = |d: std::time::Duration| f(d.as_secs_f64() * 1e3);
+                    let per_call = |n: u64| f(n as f64 / s.calls.max(1) as f64);
+                    rows.push(vec![
+                        t(e.query.to_string()),
+                        t(e.class),
+                        i(s.calls),
+                        i(s.errors),
+                        ms(s.total),
+                        f(s.total.as_secs_f64() * 1e3 / s.calls.max(1) as f64),
+                        ms(s.max),
+                        i(s.rows),
+                        i(s.scanned),
+                        per_call(s.scanned),
+                        i(s.retries),
+                        Cell::Us(Some(s.first_seen)),
+                        Cell::Us(Some(s.last_seen)),
                     ]);
                 }
             }

@@ -25,7 +25,7 @@ use pgwire::messages::response::TransactionStatus;
 use tablegate_planner::Planner;
 
 use super::params::decode_param;
-use super::prepare::{Prepared, prepare, resolve};
+use super::prepare::{Parsed, Prepared, prepare, resolve};
 use super::session::too_many_prepared;
 use super::simple::settle_status;
 use super::{ConnHandler, MAX_NAMED_STATEMENTS, MAX_PREPARED_BYTES, MAX_ROWS_PER_EXECUTE, Session};
@@ -47,14 +47,14 @@ impl StatementParser {
 
 #[async_trait]
 impl QueryParser for StatementParser {
-    type Statement = Prepared;
+    type Statement = Parsed;
 
     async fn parse_sql<C>(
         &self,
         _client: &C,
         sql: &str,
         _types: &[Option<Type>],
-    ) -> PgWireResult<Option<Prepared>>
+    ) -> PgWireResult<Option<Parsed>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
@@ -63,10 +63,13 @@ impl QueryParser for StatementParser {
             [] => Ok(None),
             [stmt] => {
                 let p = prepare(&self.planner, stmt, sql, true).map_err(wire_error)?;
-                resolve(&self.planner, &self.session, p)
+                let prepared = resolve(&self.planner, &self.session, p)
                     .await
-                    .map(Some)
-                    .map_err(wire_error)
+                    .map_err(wire_error)?;
+                Ok(Some(Parsed {
+                    prepared,
+                    text: crate::statements::normalize(sql).into(),
+                }))
             }
             _ => Err(wire_error(PgError::syntax_error(
                 "cannot insert multiple commands into a prepared statement",
@@ -74,13 +77,13 @@ impl QueryParser for StatementParser {
         }
     }
 
-    fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+    fn get_parameter_types(&self, stmt: &Parsed) -> PgWireResult<Vec<Type>> {
         Ok(stmt.param_types().iter().map(|t| pg_type(*t)).collect())
     }
 
     fn get_result_schema(
         &self,
-        stmt: &Prepared,
+        stmt: &Parsed,
         format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
         Ok(Arc::unwrap_or_clone(self.result_fields(stmt, format)))
@@ -153,7 +156,7 @@ fn row_description(fields: &[FieldInfo]) -> PgWireBackendMessage {
 
 #[async_trait]
 impl ExtendedQueryHandler for ConnHandler {
-    type Statement = Prepared;
+    type Statement = Parsed;
     type QueryParser = StatementParser;
 
     fn query_parser(&self) -> Arc<StatementParser> {
@@ -353,7 +356,7 @@ impl ExtendedQueryHandler for ConnHandler {
     async fn do_query<C>(
         &self,
         client: &mut C,
-        portal: &Portal<Prepared>,
+        portal: &Portal<Parsed>,
         max_rows: usize,
     ) -> PgWireResult<Response>
     where
@@ -363,7 +366,7 @@ impl ExtendedQueryHandler for ConnHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let error = |e: PgError| Response::Error(Box::new(error_info(e)));
-        let p = &portal.statement.statement;
+        let p: &Prepared = &portal.statement.statement;
         if client.transaction_status() == TransactionStatus::Error
             && !matches!(
                 p,
@@ -410,7 +413,13 @@ impl ExtendedQueryHandler for ConnHandler {
             }
         }
         let response = match self
-            .run(client, p, &params, Some(&portal.result_column_format))
+            .run(
+                client,
+                p,
+                &params,
+                Some(&portal.result_column_format),
+                Some(portal.statement.statement.text.clone()),
+            )
             .await
         {
             Ok(r) => r,
@@ -422,9 +431,12 @@ impl ExtendedQueryHandler for ConnHandler {
             Prepared::Declare { name, .. } => {
                 let stmt = Arc::new(pgwire::api::stmt::StoredStatement::new(
                     name.clone(),
-                    Prepared::Fetch {
-                        name: name.clone(),
-                        count: None,
+                    Parsed {
+                        prepared: Prepared::Fetch {
+                            name: name.clone(),
+                            count: None,
+                        },
+                        text: format!("FETCH ALL FROM {name}").into(),
                     },
                     Vec::new(),
                 ));

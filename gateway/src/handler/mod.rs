@@ -276,7 +276,8 @@ pub(crate) struct Run<'a> {
 
 impl ConnHandler {
     /// Runs one planned statement, timed and counted by a
-    /// [`StatementGuard`] inside a `statement` tracing span. A streaming
+    /// [`StatementGuard`] inside a `statement` tracing span, and recorded
+    /// in the statement log under `text` (normalized). A streaming
     /// result carries the guard, so the statement is recorded when its
     /// last row has gone (or the portal is dropped).
     async fn run<C>(
@@ -285,6 +286,7 @@ impl ConnHandler {
         p: &Prepared,
         params: &[Option<Value>],
         format: Option<&Format>,
+        text: Option<Arc<str>>,
     ) -> Result<Response, PgError>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
@@ -298,7 +300,7 @@ impl ConnHandler {
             Prepared::Engine { explain: None, .. } => StatementClass::Analytics,
             _ => StatementClass::Other,
         };
-        let mut guard = Some(StatementGuard::start(class));
+        let mut guard = Some(StatementGuard::start(class).with_text(text));
         let span = guard
             .as_ref()
             .map_or_else(tracing::Span::none, |g| g.span().clone());

@@ -14,7 +14,7 @@ use sqlparser::ast;
 use tablegate_catalog::SqlType;
 use tablegate_store::Value;
 
-use super::prepare::Prepared;
+use super::prepare::Parsed;
 use crate::encode::pg_type;
 use crate::sqlstate::PgError;
 
@@ -22,7 +22,7 @@ use crate::sqlstate::PgError;
 /// does, except that a text-format value is parsed with one shared
 /// `FormatOptions`. pgwire builds a default one (four `String`s) per call,
 /// on the prepared point lookup's hot path.
-fn portal_param<'a, T>(portal: &'a Portal<Prepared>, i: usize, ty: &Type) -> PgWireResult<Option<T>>
+fn portal_param<'a, T>(portal: &'a Portal<Parsed>, i: usize, ty: &Type) -> PgWireResult<Option<T>>
 where
     T: FromSqlOwned + FromSqlText<'a>,
 {
@@ -87,7 +87,7 @@ pub(super) fn constant_param(e: &ast::Expr, want: SqlType) -> Result<Option<Valu
 /// honouring the type the client declared (tokio-postgres and JDBC bind
 /// typed values; psql and simple drivers send text).
 pub(super) fn decode_param(
-    portal: &Portal<Prepared>,
+    portal: &Portal<Parsed>,
     i: usize,
     want: SqlType,
     open: bool,

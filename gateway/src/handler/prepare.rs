@@ -23,6 +23,23 @@ use crate::analytics::EnginePlan;
 use crate::encode::fields;
 use crate::sqlstate::PgError;
 
+/// A statement the extended protocol keeps: what runs, and its normalized
+/// text for the statement log (normalized once, at Parse).
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// What runs.
+    pub prepared: Prepared,
+    /// The normalized text ([`crate::statements::normalize`]).
+    pub text: Arc<str>,
+}
+
+impl std::ops::Deref for Parsed {
+    type Target = Prepared;
+    fn deref(&self) -> &Prepared {
+        &self.prepared
+    }
+}
+
 /// A statement ready to run, shared by both protocols.
 #[derive(Debug, Clone)]
 pub enum Prepared {

@@ -69,7 +69,13 @@ impl ConnHandler {
             };
             return Ok(one_text_row("QUERY PLAN", &lines));
         }
-        let started = engine.execute(plan, run.params, run.opts.clone());
+        let scans = Arc::new(parking_lot::Mutex::new(
+            tablegate_planner::Actuals::default(),
+        ));
+        if let Some(g) = guard.as_mut() {
+            g.count_scans(scans.clone());
+        }
+        let started = engine.execute_counted(plan, run.params, run.opts.clone(), scans);
         let stream = tokio::select! {
             r = started => r.map_err(df)?,
             e = run.stop.wait() => return Err(e),

@@ -140,8 +140,13 @@ impl SimpleQueryHandler for ConnHandler {
                 Ok(p) => resolve(&self.planner, &self.session, p).await,
                 Err(e) => Err(e),
             };
+            // The statement's own text, for the statement log.
+            let text = match stmts.len() {
+                1 => crate::statements::normalize(query),
+                _ => crate::statements::normalize(&stmt.to_string()),
+            };
             let result = match prepared {
-                Ok(p) => self.run(client, &p, &[], None).await,
+                Ok(p) => self.run(client, &p, &[], None, Some(text.into())).await,
                 Err(e) => Err(e),
             };
             match result {
