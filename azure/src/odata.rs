@@ -271,6 +271,9 @@ fn field_name(f: &Field) -> &str {
         Field::PartitionKey => "PartitionKey",
         Field::RowKey => "RowKey",
         Field::Timestamp => "Timestamp",
+        // Never sent: the service cannot filter on it (`compare` drops it
+        // and the local re-check compares the tags).
+        Field::ETag => "ETag",
         Field::Property(p) => p,
     }
 }
@@ -510,7 +513,7 @@ fn like(field: &Field, pattern: &str, escape: Option<char>, case_insensitive: bo
     let usable = match field {
         Field::PartitionKey | Field::RowKey => true,
         Field::Property(p) => identifier(p) && !system_name(p),
-        Field::Timestamp => false,
+        Field::Timestamp | Field::ETag => false,
     };
     if case_insensitive || !usable {
         return DROPPED;
@@ -724,6 +727,7 @@ mod tests {
                     Field::PartitionKey => Value::String(e.partition_key.clone()),
                     Field::RowKey => Value::String(e.row_key.clone()),
                     Field::Timestamp => Value::DateTime(e.timestamp),
+                    Field::ETag => Value::String(e.etag().0),
                     Field::Property(p) => match e.properties.get(p) {
                         Some(v) => v.clone(),
                         None => return false,

@@ -19,6 +19,10 @@ pub enum Field {
     RowKey,
     /// The store-assigned Timestamp (a DateTime).
     Timestamp,
+    /// The entity's ETag as the store gives it out (a String): compared
+    /// as text, so a remote service's tags (finer than the Timestamp) match
+    /// exactly.
+    ETag,
     /// A named property.
     Property(String),
 }
@@ -245,6 +249,7 @@ fn read<'a>(e: &'a Entity, field: &Field) -> Option<FieldValue<'a>> {
         Field::PartitionKey => Some(FieldValue::Str(&e.partition_key)),
         Field::RowKey => Some(FieldValue::Str(&e.row_key)),
         Field::Timestamp => Some(FieldValue::Owned(Value::DateTime(e.timestamp))),
+        Field::ETag => Some(FieldValue::Owned(Value::String(e.etag().0))),
         Field::Property(p) => e.properties.get(p).map(FieldValue::Value),
     }
 }

@@ -29,6 +29,13 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
             (true, CmpOp::Eq) => Filter::False,
             (true, CmpOp::Ne) => Filter::True,
             (true, _) => return None,
+            // Equality compares the tags themselves: a remote service's
+            // tag is finer than the Timestamp the store reads.
+            (false, CmpOp::Eq | CmpOp::Ne) if etag_text(a, b).is_some() => Filter::Compare {
+                field: Field::ETag,
+                op: *op,
+                value: Value::String(etag_text(a, b)?.to_owned()),
+            },
             (false, _) => {
                 let (field, value) = field_value(a, b)?;
                 stored(a, in_column_type(a, field, *op, value))?
@@ -39,10 +46,15 @@ pub fn to_filter(e: &BExpr) -> Option<Filter> {
             list,
             negated,
         } => {
-            let field = field_of(expr)?;
+            let mut field = field_of(expr)?;
             let mut values = Vec::with_capacity(list.len());
             for x in list {
                 if malformed_etag(expr, x) {
+                    continue;
+                }
+                if let Some(tag) = etag_text(expr, x) {
+                    field = Field::ETag;
+                    values.push(Value::String(tag.to_owned()));
                     continue;
                 }
                 let (f, v) = field_value(expr, x)?;
@@ -246,6 +258,14 @@ fn field_value(col: &BExpr, lit: &BExpr) -> Option<(Field, Value)> {
     }
 }
 
+/// The tag `etag = lit` compares with, when `col` is the ETag column.
+fn etag_text<'a>(col: &BExpr, lit: &'a BExpr) -> Option<&'a str> {
+    match (col, lit) {
+        (BExpr::Column(c), BExpr::Lit(Value::String(tag))) if c.role == Role::ETag => Some(tag),
+        _ => None,
+    }
+}
+
 /// `etag` against a text that is not an ETag the store gives out: it
 /// equals no row's.
 fn malformed_etag(col: &BExpr, lit: &BExpr) -> bool {
@@ -256,10 +276,21 @@ fn malformed_etag(col: &BExpr, lit: &BExpr) -> bool {
     )
 }
 
-/// The Timestamp inside an ETag `W/"datetime'…'"`.
+/// The Timestamp inside an ETag `W/"datetime'…'"`: the embedded engine's
+/// (`2026-11-28T13:29:26.642432Z`) or the Table service's, which
+/// percent-encodes the colons and carries 100 ns ticks
+/// (`2026-11-28T13%3A29%3A26.6424327Z`, read to the microsecond).
 pub fn etag_timestamp(tag: &str) -> Option<tablegate_store::DateTime> {
     let inner = tag.strip_prefix("W/\"datetime'")?.strip_suffix("'\"")?;
-    chrono_parse(inner)
+    if !inner.contains('%') {
+        return chrono_parse(inner);
+    }
+    let decoded = inner.replace("%3A", ":").replace("%3a", ":");
+    let (whole, fraction) = decoded.strip_suffix('Z')?.split_once('.')?;
+    if fraction.is_empty() || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    chrono_parse(&format!("{whole}.{}Z", &fraction[..fraction.len().min(6)]))
 }
 
 fn chrono_parse(s: &str) -> Option<tablegate_store::DateTime> {

@@ -67,3 +67,33 @@ fn the_point_shortcut_agrees_with_the_general_path() {
         Access::derived(Some(p), false)
     );
 }
+
+/// Both stores' ETags read as their Timestamp (the service's to the
+/// microsecond), and equality on the ETag column compares the tags.
+#[test]
+fn etags_of_both_stores_are_understood() {
+    let embedded = etag_timestamp("W/\"datetime'2026-11-28T13:29:26.642432Z'\"").unwrap();
+    let service = etag_timestamp("W/\"datetime'2026-11-28T13%3A29%3A26.6424327Z'\"").unwrap();
+    assert_eq!(embedded, service);
+    for bad in [
+        "W/\"wrong\"",
+        "W/\"datetime'2026-11-28T13%3A29%3A26.Z'\"",
+        "W/\"datetime'2026-11-28T13%3A29%3A26.64x'\"",
+        "\"datetime'2026-11-28T13:29:26Z'\"",
+    ] {
+        assert_eq!(etag_timestamp(bad), None, "{bad}");
+    }
+    let tag = "W/\"datetime'2026-11-28T13%3A29%3A26.6424327Z'\"";
+    assert_eq!(
+        to_filter(&eq(col("etag", Role::ETag), text(tag))),
+        Some(tablegate_store::Filter::Compare {
+            field: tablegate_store::Field::ETag,
+            op: CmpOp::Eq,
+            value: Value::String(tag.into()),
+        })
+    );
+    assert_eq!(
+        to_filter(&eq(col("etag", Role::ETag), text("W/\"wrong\""))),
+        Some(tablegate_store::Filter::False)
+    );
+}
