@@ -262,6 +262,21 @@ impl From<&StoreError> for PgError {
             ),
             StoreError::Remote { status: Some(401 | 403), .. } => PgError::new("42501", m)
                 .hint("check the account key, or the SAS token's permissions and expiry"),
+            // The service's own size limits: the same SQLSTATE as the
+            // checks made before sending (which count as the service
+            // documents; Azurite counts strings in UTF-8 bytes instead).
+            StoreError::Remote { code, .. }
+                if matches!(
+                    code.as_str(),
+                    "PropertyValueTooLarge" | "EntityTooLarge" | "RequestBodyTooLarge"
+                ) =>
+            {
+                PgError::new("54000", m).hint(
+                    "a String or Binary value holds at most 64 KiB (a string at most 32K UTF-16 \
+                     characters; the Azurite emulator counts UTF-8 bytes), an entity at most \
+                     1 MiB, a transaction at most 4 MiB",
+                )
+            }
             StoreError::Remote { status: None, .. } => PgError::new("58000", m)
                 .hint("the table service could not be reached; check the endpoint and the network"),
             StoreError::Remote { .. } => PgError::new("58000", m),

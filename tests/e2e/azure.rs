@@ -788,3 +788,35 @@ fn azure_etags_guard_updates_through_sql() {
         ["r1|2", "r2|1"]
     );
 }
+
+/// A value the service refuses as too large is 54000, as the same value
+/// refused by tablegate's own check is (Azurite counts a string's UTF-8
+/// bytes: 32,768 `€` pass the UTF-16 check and reach it).
+#[test]
+fn azure_refuses_oversized_values_with_54000() {
+    let a = serve();
+    let s = &a.s;
+    let t = unique("big");
+    let _drop = DropTable::new(s, &t);
+    let (_, err, ok) = psql(
+        s,
+        &[&format!(
+            "CREATE TABLE {t} (pk text, rk text, s text, PRIMARY KEY (pk, rk))"
+        )],
+    );
+    assert!(ok, "{err}");
+    for (rk, value) in [
+        ("service", "repeat('€', 32768)"),
+        ("check", "repeat('x', 32769)"),
+    ] {
+        let (_, err, ok) = psql(
+            s,
+            &[
+                "\\set VERBOSITY verbose",
+                &format!("INSERT INTO {t} SELECT 'a', '{rk}', {value}"),
+            ],
+        );
+        assert!(!ok && err.contains("54000"), "{rk}: {err}");
+    }
+    assert_eq!(rows(s, &format!("SELECT count(*) FROM {t}")), ["0"]);
+}
