@@ -438,7 +438,11 @@ fn compare(field: &Field, op: CmpOp, value: &Value) -> Tr {
     };
     let key = matches!(field, Field::PartitionKey | Field::RowKey);
     match value {
-        Value::String(s) if key || property => exact(Some(OExpr::string(field, op, s))),
+        Value::String(s) if key || property => match ordered(field, op, s) {
+            (expr, false) => exact(expr),
+            (Some(expr), true) => Tr::Expr { expr, exact: false },
+            (None, true) => DROPPED,
+        },
         Value::DateTime(t) if !key => datetime(field, op, *t),
         Value::Int32(_) | Value::Int64(_) | Value::Double(_) if property => {
             numeric(field, op, value)
@@ -535,13 +539,9 @@ fn like(field: &Field, pattern: &str, escape: Option<char>, case_insensitive: bo
     if !wildcard {
         return exact(Some(OExpr::string(field, CmpOp::Eq, &prefix)));
     }
-    let mut parts = vec![OExpr::string(field, CmpOp::Ge, &prefix)];
-    // A bound ending in U+10000 (from U+FFFF) would sort below the prefix
-    // in UTF-16 order: leave the top open rather than risk narrowing.
-    if let Bound::Excluded(hi) = KeyInterval::prefix(&prefix).hi
-        && !hi.ends_with('\u{10000}')
-    {
-        parts.push(OExpr::string(field, CmpOp::Lt, &hi));
+    let mut parts: Vec<OExpr> = ordered(field, CmpOp::Ge, &prefix).0.into_iter().collect();
+    if let Bound::Excluded(hi) = KeyInterval::prefix(&prefix).hi {
+        parts.extend(ordered(field, CmpOp::Lt, &hi).0);
     }
     match all_of(parts) {
         Some(expr) => Tr::Expr { expr, exact: false },
@@ -644,16 +644,53 @@ fn interval(field: &Field, iv: &KeyInterval) -> Vec<OExpr> {
     }
     let mut parts = Vec::new();
     match &iv.lo {
-        Bound::Included(k) => parts.push(OExpr::string(field, CmpOp::Ge, k)),
-        Bound::Excluded(k) => parts.push(OExpr::string(field, CmpOp::Gt, k)),
+        Bound::Included(k) => parts.extend(ordered(field, CmpOp::Ge, k).0),
+        Bound::Excluded(k) => parts.extend(ordered(field, CmpOp::Gt, k).0),
         Bound::Unbounded => {}
     }
     match &iv.hi {
-        Bound::Included(k) => parts.push(OExpr::string(field, CmpOp::Le, k)),
-        Bound::Excluded(k) => parts.push(OExpr::string(field, CmpOp::Lt, k)),
+        Bound::Included(k) => parts.extend(ordered(field, CmpOp::Le, k).0),
+        Bound::Excluded(k) => parts.extend(ordered(field, CmpOp::Lt, k).0),
         Bound::Unbounded => {}
     }
     parts
+}
+
+/// `field op 's'` as a condition the service can be trusted with, and
+/// whether it was widened. The service orders strings by UTF-16 code
+/// units, SQL and the embedded engine by code points; the two disagree
+/// only where a character at or above U+E000 meets a supplementary one
+/// (whose UTF-16 form starts with a surrogate, below U+E000). So an
+/// ordering bound holding such a character is widened to its longest
+/// prefix below U+E000, on which both orders agree; the local re-check
+/// restores the exact bound. `None`: nothing is left to bound by.
+fn ordered(field: &Field, op: CmpOp, s: &str) -> (Option<OExpr>, bool) {
+    let split = s.char_indices().find(|(_, c)| *c >= '\u{E000}');
+    let (Some((i, _)), CmpOp::Lt | CmpOp::Le | CmpOp::Gt | CmpOp::Ge) = (split, op) else {
+        return (Some(OExpr::string(field, op, s)), false);
+    };
+    let prefix = &s[..i];
+    let widened = match op {
+        CmpOp::Gt | CmpOp::Ge => {
+            (!prefix.is_empty()).then(|| OExpr::string(field, CmpOp::Ge, prefix))
+        }
+        _ => utf16_successor(prefix).map(|hi| OExpr::string(field, CmpOp::Lt, &hi)),
+    };
+    (widened, true)
+}
+
+/// The least string above every string that starts with `prefix` (all of
+/// whose characters are below U+E000) in UTF-16 order: its last character
+/// plus one, U+D7FF's being U+E000 (past the surrogates). `None` for the
+/// empty prefix.
+fn utf16_successor(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    let last = chars.pop()?;
+    chars.push(match last {
+        '\u{D7FF}' => '\u{E000}',
+        c => char::from_u32(c as u32 + 1)?,
+    });
+    Some(chars.into_iter().collect())
 }
 
 /// The smallest PartitionKey interval times RowKey interval holding every
@@ -1156,6 +1193,70 @@ mod tests {
             assert_eq!(o.filter.as_deref(), Some("PartitionKey eq 'p'"));
             assert_eq!(o.coverage, Coverage::ResidualLocal);
         }
+    }
+
+    /// A bound the service compares in UTF-16 order keeps every key SQL's
+    /// code-point order selects (checked on every string of up to three
+    /// characters from an alphabet around the places the orders differ),
+    /// and bounds without such characters go out as they are.
+    #[test]
+    fn ordering_bounds_hold_in_the_services_utf16_order() {
+        let alphabet = [
+            'a',
+            'z',
+            '\u{D7FF}',
+            '\u{E000}',
+            '\u{FFFD}',
+            '\u{FFFF}',
+            '😀',
+            '\u{10FFFF}',
+        ];
+        let mut strings = vec![String::new()];
+        for _ in 0..3 {
+            let longer: Vec<String> = strings
+                .iter()
+                .filter(|s| s.chars().count() == strings.last().unwrap().chars().count())
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            strings.extend(longer);
+        }
+        let utf16 = |a: &str, b: &str| a.encode_utf16().cmp(b.encode_utf16());
+        let holds_utf16 = |e: &OExpr, k: &str| match e {
+            OExpr::Cmp {
+                op,
+                value: Value::String(b),
+                ..
+            } => holds(*op, utf16(k, b)),
+            other => panic!("{other:?}"),
+        };
+        let mut widened = 0;
+        for bound in &strings {
+            for op in [CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
+                let (expr, wide) = ordered(&Field::RowKey, op, bound);
+                widened += usize::from(wide);
+                for k in &strings {
+                    if holds(op, k.as_str().cmp(bound.as_str())) {
+                        assert!(
+                            expr.as_ref().is_none_or(|e| holds_utf16(e, k)),
+                            "{k:?} {op:?} {bound:?} lost by {expr:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(widened > 0);
+        assert_eq!(
+            ordered(&Field::RowKey, CmpOp::Lt, "abc"),
+            (Some(OExpr::string(&Field::RowKey, CmpOp::Lt, "abc")), false)
+        );
+        assert_eq!(
+            residual_text(cmp(Field::RowKey, CmpOp::Gt, s("a\u{FFFD}"))),
+            "PartitionKey eq 'p' and RowKey ge 'a'"
+        );
+        assert_eq!(
+            residual_text(cmp(Field::RowKey, CmpOp::Le, s("ab😀"))),
+            "PartitionKey eq 'p' and RowKey lt 'ac'"
+        );
     }
 
     #[test]
