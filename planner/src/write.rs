@@ -272,7 +272,7 @@ pub fn plan_insert(catalog: &Catalog, ins: &ast::Insert, sql: &str) -> Result<Wr
             });
         }
         Some(q) => match &*q.body {
-            ast::SetExpr::Values(values) if q.order_by.is_none() && q.limit_clause.is_none() => {
+            ast::SetExpr::Values(values) if q.order_by.is_none() && q.limit_clause.is_none() => 'values: {
                 let mut rows = Vec::with_capacity(values.rows.len());
                 for row in &values.rows {
                     let row = &row.content;
@@ -295,7 +295,23 @@ pub fn plan_insert(catalog: &Catalog, ins: &ast::Insert, sql: &str) -> Result<Wr
                     };
                     let mut out = Vec::with_capacity(row.len());
                     for (e, c) in row.iter().zip(&columns) {
-                        out.push(v.bind(e, c.ty, true)?);
+                        match v.bind(e, c.ty, true) {
+                            Ok(x) => out.push(x),
+                            // A function the write path does not evaluate
+                            // (`repeat('x', 5)`, `md5(…)`): the analytics
+                            // engine computes the rows, as for INSERT …
+                            // SELECT. DEFAULT has no meaning there.
+                            Err(PlanError::Unsupported { feature, hint })
+                                if feature.starts_with("expression ") =>
+                            {
+                                if values.rows.iter().any(|r| r.content.iter().any(is_default)) {
+                                    return Err(PlanError::Unsupported { feature, hint });
+                                }
+                                let reason = format!("{feature}: the analytics engine computes it");
+                                break 'values engine_source(q, reason)?;
+                            }
+                            Err(e) => return Err(e),
+                        }
                     }
                     rows.push(out);
                 }
@@ -592,6 +608,11 @@ fn copy_columns(
             }
         })
         .collect()
+}
+
+/// `DEFAULT` in a VALUES row.
+fn is_default(e: &Expr) -> bool {
+    matches!(e, Expr::Identifier(i) if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"))
 }
 
 /// The source of an `INSERT ... SELECT` the analytics engine runs.

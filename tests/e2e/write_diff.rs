@@ -6,7 +6,8 @@
 //! The sequence is fixed (xorshift, fixed seed) so CI is deterministic; set
 //! `WRITE_DIFF_SEED` (decimal or 0x hex) to explore other sequences locally.
 //! Most statements carry literals (simple query protocol); some carry `$n`
-//! parameters (extended protocol).
+//! parameters (extended protocol); some VALUES hold functions the analytics
+//! engine computes.
 
 use std::fmt::Write as _;
 
@@ -119,6 +120,14 @@ fn row_literal(r: &mut Rng, pk: &str, rk: &str) -> String {
     };
     let s = if r.chance(1, 5) {
         "NULL".to_owned()
+    } else if r.chance(1, 8) {
+        // A function the write path hands to the analytics engine.
+        let lit = r.text().1;
+        match r.below(3) {
+            0 => format!("upper({lit})"),
+            1 => format!("repeat({lit}, 2)"),
+            _ => format!("md5({lit})"),
+        }
     } else {
         r.text().1
     };
