@@ -355,3 +355,70 @@ async fn cancel_and_statement_timeout_stop_a_streaming_scan() {
         Err(e) => panic!("{e:?}"),
     }
 }
+
+/// `pg_sleep` waits as PostgreSQL's does (negative is no wait), answers one
+/// empty `pg_sleep` row, and ends at statement_timeout or a cancel request
+/// with 57014, while other sessions go on.
+#[tokio::test]
+async fn pg_sleep_waits_and_stops_at_timeouts_and_cancels() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "2"]);
+    let c = connect(&s).await;
+    let started = std::time::Instant::now();
+    let rows = c.simple_query("SELECT pg_sleep(0.3)").await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let row = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        })
+        .expect("one row");
+    assert_eq!(row.columns()[0].name(), "pg_sleep");
+    assert_eq!(row.get(0), Some(""));
+    c.simple_query("SELECT pg_sleep(-5)").await.unwrap();
+
+    c.batch_execute("SET statement_timeout = 200")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let e = c.simple_query("SELECT pg_sleep(30)").await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    c.batch_execute("RESET statement_timeout").await.unwrap();
+
+    let token = c.cancel_token();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        token.cancel_query(NoTls).await.unwrap();
+    });
+    let other = connect(&s).await;
+    let started = std::time::Instant::now();
+    let sleeping = c.simple_query("SELECT pg_sleep(30)");
+    let (slept, busy) = tokio::join!(sleeping, async {
+        other
+            .simple_query("SELECT 1")
+            .await
+            .map(|_| started.elapsed())
+    });
+    let e = slept.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED)
+    );
+    assert!(busy.unwrap() < Duration::from_secs(5));
+    canceller.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // The session goes on.
+    c.simple_query("SELECT pg_sleep(0)").await.unwrap();
+}

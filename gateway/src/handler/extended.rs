@@ -110,6 +110,7 @@ impl StatementParser {
             Prepared::Explain(_) | Prepared::Engine { .. } => text_field("QUERY PLAN"),
             Prepared::Show(n) => text_field(n),
             Prepared::Version => text_field("version"),
+            Prepared::Sleep(_) => text_field("pg_sleep"),
             Prepared::Fetch { name, .. } => self
                 .session
                 .lock()

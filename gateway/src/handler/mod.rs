@@ -376,6 +376,12 @@ impl ConnHandler {
                 self.analytics(plan, *explain, &run, guard).await?
             }
             Prepared::Version => query::version(),
+            Prepared::Sleep(d) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(*d) => one_text_row("pg_sleep", &[String::new()]),
+                    e = run.stop.wait() => return Err(e),
+                }
+            }
             Prepared::Ddl(plan) => self.ddl(plan, &mut run).await?,
             Prepared::Write(w) => self.write(w, &mut run).await?,
             Prepared::Set(..) | Prepared::Reset(_) | Prepared::Show(_) => self.setting(p)?,

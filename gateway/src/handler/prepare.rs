@@ -82,6 +82,10 @@ pub enum Prepared {
     RollbackTo(String),
     /// SELECT version().
     Version,
+    /// SELECT pg_sleep(seconds), waited out here so that statement_timeout
+    /// and cancel requests end it (a sleep inside the analytics engine
+    /// would hold one of its threads, deaf to both).
+    Sleep(std::time::Duration),
     /// DECLARE name [NO SCROLL] CURSOR [WITH HOLD] FOR select.
     Declare {
         /// Cursor name.
@@ -256,6 +260,50 @@ fn expr_text(e: &ast::Expr) -> String {
     }
 }
 
+/// The seconds of `SELECT pg_sleep(constant)`, as PostgreSQL waits them
+/// (none for a negative or NaN count).
+fn sleep_query(q: &ast::Query) -> Option<std::time::Duration> {
+    let ast::SetExpr::Select(s) = &*q.body else {
+        return None;
+    };
+    if !s.from.is_empty() || s.projection.len() != 1 || s.selection.is_some() {
+        return None;
+    }
+    let ast::SelectItem::UnnamedExpr(ast::Expr::Function(f)) = &s.projection[0] else {
+        return None;
+    };
+    if !f.name.to_string().eq_ignore_ascii_case("pg_sleep") {
+        return None;
+    }
+    let ast::FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    let [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(arg))] = list.args.as_slice() else {
+        return None;
+    };
+    let (negative, arg) = match arg {
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => (true, &**expr),
+        a => (false, a),
+    };
+    let ast::Expr::Value(v) = arg else {
+        return None;
+    };
+    let secs: f64 = match &v.value {
+        ast::Value::Number(n, _) => n.parse().ok()?,
+        ast::Value::SingleQuotedString(s) => s.trim().parse().ok()?,
+        _ => return None,
+    };
+    let secs = if negative { -secs } else { secs };
+    Some(std::time::Duration::from_secs_f64(if secs > 0.0 {
+        secs.min(1e9)
+    } else {
+        0.0
+    }))
+}
+
 /// Is this `SELECT version()`?
 fn is_version_query(q: &ast::Query) -> bool {
     match &*q.body {
@@ -297,6 +345,9 @@ pub fn prepare(
     let plan_err = |e: tablegate_planner::PlanError| PgError::from(&e);
     Ok(match stmt {
         Statement::Query(q) if is_version_query(q) => Prepared::Version,
+        Statement::Query(q) if sleep_query(q).is_some() => {
+            Prepared::Sleep(sleep_query(q).unwrap_or_default())
+        }
         Statement::Set(ast::Set::SingleAssignment {
             variable, values, ..
         }) => {
