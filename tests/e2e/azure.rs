@@ -109,6 +109,17 @@ impl Drop for DropTable {
     }
 }
 
+/// A server on Azurite and a new table `prefix…` of `columns` (dropped
+/// when the test ends, before the server stops).
+fn serve_with_table(prefix: &str, columns: &str) -> (Azure, String, DropTable) {
+    let a = serve();
+    let t = unique(prefix);
+    let drop = DropTable::new(&a.s, &t);
+    let (_, err, ok) = psql(&a.s, &[&format!("CREATE TABLE {t} ({columns})")]);
+    assert!(ok, "{err}");
+    (a, t, drop)
+}
+
 /// psql, unaligned and tuples only (`|` between fields), one `-c` each.
 fn psql_at(s: &TestServer, commands: &[&str]) -> (String, String, bool) {
     let mut cmd = psql_command(s);
@@ -725,16 +736,13 @@ fn azure_bad_connection_strings_stop_the_server() {
 /// one matches nothing, and so does a malformed one.
 #[test]
 fn azure_etags_guard_updates_through_sql() {
-    let a = serve();
+    let (a, t, _drop) = serve_with_table("etag", "pk text, rk text, v int, PRIMARY KEY (pk, rk)");
     let s = &a.s;
-    let t = unique("etag");
-    let _drop = DropTable::new(s, &t);
     let (_, err, ok) = psql(
         s,
-        &[
-            &format!("CREATE TABLE {t} (pk text, rk text, v int, PRIMARY KEY (pk, rk))"),
-            &format!("INSERT INTO {t} VALUES ('a', 'r1', 1), ('a', 'r2', 1)"),
-        ],
+        &[&format!(
+            "INSERT INTO {t} VALUES ('a', 'r1', 1), ('a', 'r2', 1)"
+        )],
     );
     assert!(ok, "{err}");
     let etag = rows(
@@ -794,17 +802,8 @@ fn azure_etags_guard_updates_through_sql() {
 /// bytes: 32,768 `€` pass the UTF-16 check and reach it).
 #[test]
 fn azure_refuses_oversized_values_with_54000() {
-    let a = serve();
+    let (a, t, _drop) = serve_with_table("big", "pk text, rk text, s text, PRIMARY KEY (pk, rk)");
     let s = &a.s;
-    let t = unique("big");
-    let _drop = DropTable::new(s, &t);
-    let (_, err, ok) = psql(
-        s,
-        &[&format!(
-            "CREATE TABLE {t} (pk text, rk text, s text, PRIMARY KEY (pk, rk))"
-        )],
-    );
-    assert!(ok, "{err}");
     for (rk, value) in [
         ("service", "repeat('€', 32768)"),
         ("check", "repeat('x', 32769)"),
@@ -827,10 +826,8 @@ fn azure_refuses_oversized_values_with_54000() {
 /// re-checked, so the rows are the embedded engine's.
 #[test]
 fn azure_key_ranges_select_by_code_point() {
-    let a = serve();
+    let (a, t, _drop) = serve_with_table("cps", "pk text, rk text, PRIMARY KEY (pk, rk)");
     let s = &a.s;
-    let t = unique("cps");
-    let _drop = DropTable::new(s, &t);
     let keys = ["ab", "a\u{FFFD}", "a😀", "a\u{E000}z", "b"];
     let values: Vec<String> = keys
         .iter()
@@ -838,10 +835,7 @@ fn azure_key_ranges_select_by_code_point() {
         .collect();
     let (_, err, ok) = psql(
         s,
-        &[
-            &format!("CREATE TABLE {t} (pk text, rk text, PRIMARY KEY (pk, rk))"),
-            &format!("INSERT INTO {t} VALUES {}", values.join(", ")),
-        ],
+        &[&format!("INSERT INTO {t} VALUES {}", values.join(", "))],
     );
     assert!(ok, "{err}");
     let cp = |pick: &dyn Fn(&str) -> bool| -> Vec<String> {
