@@ -165,6 +165,21 @@ impl Catalog {
             })
     }
 
+    /// A catalog in which `def` replaces the table of its name, in memory
+    /// only: what-if planning binds a query against it. DDL through it
+    /// would write to the same stores, so it is only for planning.
+    pub fn what_if(&self, def: TableDef) -> Catalog {
+        let mut tables = self.tables.read().clone();
+        tables.insert(def.name.to_ascii_lowercase(), Arc::new(def));
+        Catalog {
+            system: self.system.clone(),
+            data: self.data.clone(),
+            tables: RwLock::new(tables),
+            ddl: tokio::sync::Mutex::new(()),
+            shared: self.shared,
+        }
+    }
+
     /// Every table, by name.
     pub fn tables(&self) -> Vec<Arc<TableDef>> {
         self.tables.read().values().cloned().collect()

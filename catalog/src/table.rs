@@ -243,6 +243,15 @@ impl TableDef {
         TableDef::new(&self.name, columns, &key)
     }
 
+    /// The same table keyed by other columns, for what-if planning
+    /// (`EXPLAIN (KEYS (…))`, the key advisor): hidden keys are dropped,
+    /// the named columns become PartitionKey and RowKey with the same
+    /// checks as CREATE TABLE. Nothing is stored.
+    pub fn rekeyed(&self, keys: &[String]) -> Result<TableDef> {
+        let columns = self.columns.iter().filter(|c| !c.hidden).cloned().collect();
+        TableDef::new(&self.name, columns, keys)
+    }
+
     /// The role of a user column.
     fn role_of(&self, c: &Column) -> Role {
         if c.name == self.partition_key {

@@ -148,6 +148,13 @@ pub fn estimate(store: &Backend, b: &BoundSelect, page_size: usize) -> Result<Es
         }
         est.requests = est.pages;
     }
+    finish(&mut est, b, page_size);
+    Ok(est)
+}
+
+/// The last step of every estimate (the store's and a what-if model's):
+/// LIMIT, then the minimum time at the throttling targets.
+pub(crate) fn finish(est: &mut Estimate, b: &BoundSelect, page_size: usize) {
     // LIMIT stops the scan early when nothing else needs the rest.
     if let Some(limit) = b.limit {
         let wanted = limit + b.offset;
@@ -162,8 +169,7 @@ pub fn estimate(store: &Backend, b: &BoundSelect, page_size: usize) -> Result<Es
     if b.limit.is_some() {
         est.returned = est.returned.min(b.limit.unwrap_or(u64::MAX));
     }
-    est.min_time = min_time(&est, access.class, &Targets::default());
-    Ok(est)
+    est.min_time = min_time(est, b.access.class, &Targets::default());
 }
 
 /// The fastest the access can go at the targets.

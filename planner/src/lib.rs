@@ -83,6 +83,7 @@ pub mod keys;
 pub mod plan;
 pub mod txn;
 pub mod value_expr;
+pub mod whatif;
 pub mod write;
 
 use std::sync::Arc;
@@ -173,6 +174,9 @@ pub struct ExplainPlan {
     pub select: Arc<SelectPlan>,
     /// For a write: `Update` or `Delete`.
     pub write: Option<&'static str>,
+    /// `EXPLAIN (KEYS (…))`: the table as it really is; `select` is bound
+    /// against the hypothetical keys ([`whatif`]).
+    pub what_if: Option<Arc<TableDef>>,
 }
 
 /// Why a routed query is the analytics engine's.
@@ -271,6 +275,9 @@ impl Planner {
             },
             Statement::Explain { statement, .. } => {
                 let (analyze, json) = explain_flags(stmt)?;
+                if let Some(keys) = explain_keys(stmt)? {
+                    return self.plan_what_if(statement, sql, &keys, analyze, json);
+                }
                 let write = |kind: &'static str, w: WritePlan| -> Result<Plan> {
                     if analyze {
                         return Err(PlanError::Unsupported {
@@ -288,6 +295,7 @@ impl Planner {
                         json,
                         select: scan,
                         write: Some(kind),
+                        what_if: None,
                     })))
                 };
                 match &**statement {
@@ -298,6 +306,7 @@ impl Planner {
                                 json,
                                 select: Arc::new(s),
                                 write: None,
+                                what_if: None,
                             }))
                         }
                         routed => Plan::Analytics {
@@ -476,6 +485,103 @@ impl Planner {
         exec::execute(&self.store, select.bind(params)?, opts)
     }
 
+    /// `EXPLAIN (KEYS (pk [, rk])) SELECT …`: the SELECT bound against
+    /// its table keyed that way, in a catalog that lives only for this plan.
+    fn plan_what_if(
+        &self,
+        statement: &Statement,
+        sql: &str,
+        keys: &[String],
+        analyze: bool,
+        json: bool,
+    ) -> Result<Plan> {
+        let unsupported = |hint: &str| PlanError::Unsupported {
+            feature: "this form of EXPLAIN (KEYS …)".into(),
+            hint: hint.into(),
+        };
+        let Statement::Query(q) = statement else {
+            return Err(unsupported("a what-if plan is for a SELECT"));
+        };
+        if analyze {
+            return Err(PlanError::Unsupported {
+                feature: "EXPLAIN (ANALYZE, KEYS …)".into(),
+                hint: "the table is not keyed that way, so the query cannot run as planned: EXPLAIN (KEYS …) estimates it; EXPLAIN ANALYZE without KEYS measures the real design".into(),
+            });
+        }
+        let real = self.catalog.table(&whatif::single_table(q)?)?;
+        let def = real.rekeyed(keys)?;
+        let shadow = self.catalog.what_if(def);
+        match plan::plan_query(&shadow, q, sql)? {
+            plan::Routed::Bound(s) if s.route == Route::Native => {
+                Ok(Plan::Explain(Arc::new(ExplainPlan {
+                    analyze,
+                    json,
+                    select: Arc::new(s),
+                    write: None,
+                    what_if: Some(real),
+                })))
+            }
+            routed => Err(PlanError::Unsupported {
+                feature: format!(
+                    "EXPLAIN (KEYS …) of a query for the analytics engine ({})",
+                    engine_reason(routed)
+                ),
+                hint: "a what-if plan estimates the store access of a SELECT the gateway runs natively; EXPLAIN its WHERE clause alone".into(),
+            }),
+        }
+    }
+
+    /// An EXPLAIN plan: with KEYS (…), the plan under hypothetical keys, estimated on a
+    /// model of the table's data ([`whatif::KeyModel`]).
+    pub async fn explain_plan(
+        &self,
+        e: &ExplainPlan,
+        params: &[Option<Value>],
+        opts: &ExecOptions,
+    ) -> Result<Vec<String>> {
+        let Some(real) = &e.what_if else {
+            return self
+                .explain(&e.select, params, e.analyze, e.json, e.write, opts)
+                .await;
+        };
+        let bound = e.select.bind(params)?;
+        let sample = whatif::sample(&self.store, &real.name, whatif::SAMPLE).await?;
+        let ranges = self.store.layout(&real.name)?.len();
+        let servers = self.store.partitioned().map_or(1, |p| p.config().servers);
+        let (real, def, page) = (real.clone(), e.select.table.clone(), opts.page_size);
+        let (model, est) = tokio::task::spawn_blocking(move || {
+            let model = whatif::KeyModel::build(&real, def, &sample, ranges, servers);
+            let est = model.estimate(&bound, page);
+            (model, est)
+        })
+        .await
+        .map_err(|e| PlanError::Store(tablegate_store::StoreError::Engine(e.to_string())))?;
+        let bound = e.select.bind(params)?;
+        Ok(if e.json {
+            let mut doc = explain::render_json(&bound, &est, None);
+            let (partitions, largest) = model.partitions();
+            let what_if = serde_json::json!({
+                "Partition Key": model.def.partition_key,
+                "Row Key": model.def.row_key,
+                "Entities": model.total,
+                "Sampled": model.sampled(),
+                "Partition Keys": partitions,
+                "Largest Partition": largest,
+                "Range Partitions": model.range_partitions(),
+                "Warnings": model.warnings(),
+            });
+            // Beside "Plan", as PostgreSQL puts "Planning Time".
+            if let Some(top) = doc.get_mut(0).and_then(|d| d.as_object_mut()) {
+                top.insert("What If".into(), what_if);
+            }
+            vec![serde_json::to_string_pretty(&doc).unwrap_or_default()]
+        } else {
+            let mut lines = model.describe();
+            lines.extend(explain::render_text(&bound, &est, None));
+            lines
+        })
+    }
+
     /// EXPLAIN [ANALYZE]: the plan as text lines or one JSON document.
     /// `write` names the write (`Update`, `Delete`) whose scan this is.
     pub async fn explain(
@@ -577,6 +683,46 @@ fn parse_position(sql: &str, message: &str) -> Option<usize> {
         .parse()
         .ok()?;
     expr::char_position(sql, sqlparser::tokenizer::Location { line, column })
+}
+
+/// The columns of an EXPLAIN's `KEYS (pk [, rk])` option (what-if
+/// planning), `None` without it.
+pub fn explain_keys(stmt: &Statement) -> Result<Option<Vec<String>>> {
+    let Statement::Explain { options, .. } = stmt else {
+        return Ok(None);
+    };
+    let Some(o) = options
+        .iter()
+        .flatten()
+        .find(|o| o.name.value.eq_ignore_ascii_case("keys"))
+    else {
+        return Ok(None);
+    };
+    let column = |e: &ast::Expr| match e {
+        ast::Expr::Identifier(i) => Some(expr::fold(i)),
+        ast::Expr::Nested(inner) => match &**inner {
+            ast::Expr::Identifier(i) => Some(expr::fold(i)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let keys: Option<Vec<String>> = match &o.arg {
+        Some(ast::Expr::Tuple(items)) => items.iter().map(column).collect(),
+        Some(e) => column(e).map(|c| vec![c]),
+        None => None,
+    };
+    match keys {
+        Some(k) if (1..=2).contains(&k.len()) => Ok(Some(k)),
+        _ => Err(PlanError::Syntax {
+            message: format!(
+                "EXPLAIN option KEYS takes one or two column names, not {}",
+                o.arg
+                    .as_ref()
+                    .map_or("nothing".to_owned(), |a| a.to_string())
+            ),
+            position: None,
+        }),
+    }
 }
 
 /// An EXPLAIN's `ANALYZE` and `FORMAT JSON` flags, from either syntax

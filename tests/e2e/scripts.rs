@@ -58,7 +58,15 @@ macro_rules! scripts {
     };
 }
 
-scripts!(analytics, errors, keys, transactions, typed_keys, writes);
+scripts!(
+    analytics,
+    errors,
+    keys,
+    transactions,
+    typed_keys,
+    what_if,
+    writes
+);
 
 fn scripts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts")

@@ -74,6 +74,7 @@ impl ConnHandler {
                         json: *json,
                         select: select.plan,
                         write: None,
+                        what_if: None,
                     })),
                     Prepared::Engine {
                         plan,

@@ -40,9 +40,7 @@ impl ConnHandler {
         e: &ExplainPlan,
         run: &Run<'_>,
     ) -> Result<Response, PgError> {
-        let explained = self
-            .planner
-            .explain(&e.select, run.params, e.analyze, e.json, e.write, &run.opts);
+        let explained = self.planner.explain_plan(e, run.params, &run.opts);
         let lines = tokio::select! {
             r = explained => r.map_err(|e| PgError::from(&e))?,
             e = run.stop.wait() => return Err(e),
