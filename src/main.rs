@@ -9,6 +9,7 @@
 //! - `import` — CSV, Parquet or JSON lines into a table ([`import`]);
 //! - `user set` — SCRAM users.
 
+mod advise;
 mod config;
 mod demo;
 mod import;
@@ -65,6 +66,9 @@ enum Command {
     Stress(stress::StressArgs),
     /// Import a CSV, Parquet or JSON-lines file into a table.
     Import(import::ImportArgs),
+    /// Rank PartitionKey/RowKey designs for a table from its data and a
+    /// workload (the statement log, or a SQL file).
+    Advise(advise::AdviseArgs),
     /// Manage the users of SCRAM authentication.
     User {
         #[command(subcommand)]
@@ -215,6 +219,7 @@ async fn run() -> ExitCode {
             }
             Command::Stress(args) => stress::run(args).await,
             Command::Import(args) => import::run(args).await,
+            Command::Advise(args) => advise::run(args).await,
         }
     }
     .await;

@@ -171,6 +171,8 @@ conditions! {
     invalid_cursor_name = "34000";
     /// 22003: a number out of its type's range.
     numeric_value_out_of_range = "22003";
+    /// 42703: a column that does not exist.
+    undefined_column = "42703";
     /// 42804: a value of the wrong type.
     datatype_mismatch = "42804";
     /// 42501: an operation the session may not do.

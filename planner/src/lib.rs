@@ -71,6 +71,7 @@
 //! [`txn::Transaction`] instead, and COMMIT sends all staged changes as one
 //! EGT.
 
+pub mod advise;
 pub mod apply;
 pub mod budget;
 pub mod ddl;

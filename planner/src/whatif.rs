@@ -194,6 +194,16 @@ impl KeyModel {
         }
     }
 
+    /// Each modelled row's place in the key order and its Timestamp (its
+    /// last write): the insert pattern the design would see.
+    pub fn order_and_time(&self) -> Vec<(usize, i64)> {
+        self.rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (i, r.timestamp.0))
+            .collect()
+    }
+
     /// Sampled entities (after re-keying).
     pub fn sampled(&self) -> usize {
         self.rows.len() + self.unkeyable as usize

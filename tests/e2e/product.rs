@@ -692,3 +692,64 @@ async fn the_statement_log_records_the_workload_and_survives_restarts() {
     tokio::spawn(conn);
     assert_eq!(log(c).await, Vec::<String>::new(), "the reset is durable");
 }
+
+/// `tablegate advise`: from the statement log and from a workload file,
+/// over a running server. A log table keyed by its timestamp is flagged
+/// append-only; the tenant, which every query names, is recommended as the
+/// PartitionKey.
+#[test]
+fn advise_ranks_key_designs_from_the_log_and_a_workload_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "CREATE TABLE events (tenant text, ts timestamptz, seq int, msg text, PRIMARY KEY (ts, seq))",
+            "INSERT INTO events SELECT 't' || (g % 8), to_timestamp(1793491200 + g), g, 'm' || g FROM generate_series(1, 400) AS s(g)",
+            "INSERT INTO events SELECT 't' || (g % 8), to_timestamp(1793491200 + g), g, 'm' || g FROM generate_series(401, 800) AS s(g)",
+            "INSERT INTO events SELECT 't' || (g % 8), to_timestamp(1793491200 + g), g, 'm' || g FROM generate_series(801, 1200) AS s(g)",
+            "SELECT msg FROM events WHERE tenant = 't3' AND seq = 11",
+            "SELECT msg FROM events WHERE tenant = 't5' AND seq = 13",
+            "SELECT msg FROM events WHERE tenant = 't1' AND seq > 1100",
+        ],
+    );
+    assert!(ok, "{out}\n{err}");
+
+    // From the statement log (its three SELECTs name the table).
+    let conn = s.conn_str();
+    let (out, err, ok) = run(tablegate().args(["advise", "events", "--connect", &conn]));
+    assert!(ok, "{out}\n{err}");
+    let first = out.lines().nth(1).unwrap_or_default();
+    assert!(
+        first.contains("(tenant, seq)") && first.contains("recommended"),
+        "{out}"
+    );
+    let ts = out
+        .lines()
+        .find(|l| l.contains("(ts, seq) *"))
+        .unwrap_or_default();
+    assert!(ts.contains("append-only"), "{out}");
+
+    // From a file, as JSON: one statement by seq alone, weighted above the
+    // rest, makes seq the PartitionKey.
+    let file = dir.path().join("workload.sql");
+    std::fs::write(
+        &file,
+        "-- weight: 100\nSELECT msg FROM events WHERE seq = $1;\nSELECT msg FROM events WHERE tenant = $1;\n",
+    )
+    .unwrap();
+    let (out, err, ok) = run(tablegate()
+        .args(["advise", "events", "--format", "json", "--connect", &conn])
+        .arg("--workload")
+        .arg(&file));
+    assert!(ok, "{out}\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let best = &doc["designs"][0];
+    assert_eq!(best["partition_key"], "seq", "{out}");
+    assert_eq!(best["verdict"], "recommended", "{out}");
+    assert!(best["entities_per_call"].as_f64().unwrap() < 20.0, "{out}");
+
+    // Errors reach the command line with their SQLSTATE.
+    let (out, err, ok) = run(tablegate().args(["advise", "nosuch", "--connect", &conn]));
+    assert!(!ok && err.contains("42P01"), "{out}\n{err}");
+}

@@ -111,6 +111,7 @@ impl StatementParser {
             Prepared::Show(n) => text_field(n),
             Prepared::Version => text_field("version"),
             Prepared::Sleep(_) => text_field("pg_sleep"),
+            Prepared::Advise(call) => encode::arrow_fields(&call.schema(), format),
             Prepared::Fetch { name, .. } => self
                 .session
                 .lock()

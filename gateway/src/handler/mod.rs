@@ -24,6 +24,7 @@
 //!    the suspended portal, so the next Execute resumes it (pgwire's
 //!    default would collect every row first).
 
+mod advise;
 pub mod copy;
 mod cursor;
 mod extended;
@@ -382,6 +383,7 @@ impl ConnHandler {
                     e = run.stop.wait() => return Err(e),
                 }
             }
+            Prepared::Advise(call) => self.advise(call, &run).await?,
             Prepared::Ddl(plan) => self.ddl(plan, &mut run).await?,
             Prepared::Write(w) => self.write(w, &mut run).await?,
             Prepared::Set(..) | Prepared::Reset(_) | Prepared::Show(_) => self.setting(p)?,

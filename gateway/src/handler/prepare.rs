@@ -86,6 +86,8 @@ pub enum Prepared {
     /// and cancel requests end it (a sleep inside the analytics engine
     /// would hold one of its threads, deaf to both).
     Sleep(std::time::Duration),
+    /// `SELECT * FROM tablegate.advise('table' [, 'workload'])`.
+    Advise(super::advise::Call),
     /// DECLARE name [NO SCROLL] CURSOR [WITH HOLD] FOR select.
     Declare {
         /// Cursor name.
@@ -232,6 +234,7 @@ impl Prepared {
             Prepared::Write(w) => &w.param_types,
             Prepared::Engine { plan, .. } => &plan.param_types,
             Prepared::Declare { query, .. } => query.param_types(),
+            Prepared::Advise(call) => &call.param_types,
             _ => &[],
         }
     }
@@ -347,6 +350,9 @@ pub fn prepare(
         Statement::Query(q) if is_version_query(q) => Prepared::Version,
         Statement::Query(q) if sleep_query(q).is_some() => {
             Prepared::Sleep(sleep_query(q).unwrap_or_default())
+        }
+        Statement::Query(q) if let Some(call) = super::advise::advise_call(q) => {
+            Prepared::Advise(call?)
         }
         Statement::Set(ast::Set::SingleAssignment {
             variable, values, ..
