@@ -74,6 +74,7 @@ impl SqlDialect {
                 Arc::new(FixArrayLiteral),
                 Arc::new(SpecialNames),
                 Arc::new(RowValues),
+                Arc::new(FunctionAlias),
                 Arc::new(IntLiterals),
                 Arc::new(DistinctOrderBy),
                 Arc::new(WideLiterals),
@@ -106,6 +107,42 @@ impl SqlDialect {
                 .collect());
         }
         Ok(statements)
+    }
+}
+
+/// `FROM generate_series(…) g`: PostgreSQL names a single-column
+/// function's column after the table alias, so `g` is the number; in
+/// DataFusion the column stays `value`. The alias gets its column list
+/// (`g(g)`), as PostgreSQL reads it.
+#[derive(Debug)]
+struct FunctionAlias;
+
+visitor_rule!(FunctionAlias);
+
+impl VisitorMut for FunctionAlias {
+    type Break = ();
+
+    fn pre_visit_table_factor(
+        &mut self,
+        tf: &mut datafusion::sql::sqlparser::ast::TableFactor,
+    ) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{TableAliasColumnDef, TableFactor};
+        if let TableFactor::Table {
+            name,
+            args: Some(_),
+            alias: Some(alias),
+            ..
+        } = tf
+            && alias.columns.is_empty()
+            && name
+                .0
+                .last()
+                .and_then(|p| p.as_ident())
+                .is_some_and(|i| i.value.eq_ignore_ascii_case("generate_series"))
+        {
+            alias.columns = vec![TableAliasColumnDef::from_name(alias.name.value.clone())];
+        }
+        ControlFlow::Continue(())
     }
 }
 
