@@ -270,7 +270,7 @@ async fn shutdown_lets_a_running_statement_finish() {
     let query = tokio::spawn(async move {
         client
             .simple_query(
-                "SELECT sum((a.value * b.value % 7)::int) FROM generate_series(1, 1500) a \
+                "SELECT sum((a.a * b.b % 7)::int) FROM generate_series(1, 1500) a \
                  CROSS JOIN generate_series(1, 500000) b",
             )
             .await

@@ -108,7 +108,7 @@ async fn settles(s: &TestServer, within: Duration, limit: f64) -> Result<Duratio
 }
 
 /// An analytics query that keeps a core busy for far longer than any test.
-const HEAVY: &str = "SELECT max(a.value + b.value) FROM generate_series(1, 10000) a CROSS JOIN generate_series(1, 1000000000) b";
+const HEAVY: &str = "SELECT max(a.a + b.b) FROM generate_series(1, 10000) a CROSS JOIN generate_series(1, 1000000000) b";
 
 /// A session running [`HEAVY`], and its cancel token.
 struct Heavy {
@@ -594,7 +594,7 @@ async fn two_hundred_hostile_connections_beside_eight_good_clients() {
                 n += 1;
                 let sql = match i % 4 {
                     0 => deep.clone(),
-                    1 => "SELECT max(a.value * b.value) FROM generate_series(1, 10000) a CROSS JOIN generate_series(1, 100000) b".to_owned(),
+                    1 => "SELECT max(a.a * b.b) FROM generate_series(1, 10000) a CROSS JOIN generate_series(1, 100000) b".to_owned(),
                     2 => format!("PREPARE p{n} AS SELECT name FROM registrations WHERE race = $1"),
                     _ => "BEGIN; DECLARE c CURSOR FOR SELECT * FROM registrations; FETCH 1 FROM c".to_owned(),
                 };

@@ -297,6 +297,10 @@ impl Engine {
             // `1.5` is numeric, as PostgreSQL types it (exact, printed with
             // its scale), not a double.
             .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
+            // TIMESTAMPTZ literals and casts, now() and CURRENT_TIMESTAMP
+            // are timestamptz, as store columns are (without a zone they
+            // were `timestamp`: printed without offset, typed 1114).
+            .set_str("datafusion.execution.time_zone", "UTC")
             .with_target_partitions(4);
         let env = RuntimeEnvBuilder::new()
             .with_memory_pool(pool.memory.clone())
