@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use crate::config::Settings;
 use crate::serve::Embedded;
 use clap::Args;
 
@@ -38,17 +37,8 @@ pub async fn run(args: AdviseArgs) -> Result<(), String> {
         Some(p) => Some(std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?),
         None => None,
     };
-    let (conn, embedded) = match &args.connect {
-        Some(c) => (crate::pgenv::client_config(c)?, None),
-        None => {
-            let settings = Settings {
-                data: args.data.clone().unwrap_or_else(|| "tablegate-data".into()),
-                ..Default::default()
-            };
-            let server = Embedded::start(settings).await?;
-            (server.config(), Some(server))
-        }
-    };
+    let (conn, embedded) =
+        Embedded::or_connect(args.connect.as_deref(), args.data.as_deref()).await?;
     let result = advise(&args, workload.as_deref(), &conn).await;
     if let Some(server) = embedded {
         server.stop().await?;

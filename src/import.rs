@@ -21,7 +21,6 @@ use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::prelude::{CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionContext};
 use futures::{SinkExt, StreamExt};
 
-use crate::config::Settings;
 use crate::serve::Embedded;
 
 /// `tablegate import` flags.
@@ -155,17 +154,8 @@ pub async fn run(args: ImportArgs) -> Result<(), String> {
     if !args.file.is_file() {
         return Err(format!("{}: no such file", args.file.display()));
     }
-    let (conn, embedded) = match &args.connect {
-        Some(c) => (crate::pgenv::client_config(c)?, None),
-        None => {
-            let settings = Settings {
-                data: args.data.clone().unwrap_or_else(|| "tablegate-data".into()),
-                ..Default::default()
-            };
-            let server = Embedded::start(settings).await?;
-            (server.config(), Some(server))
-        }
-    };
+    let (conn, embedded) =
+        Embedded::or_connect(args.connect.as_deref(), args.data.as_deref()).await?;
     let result = import(&args, &format, &conn).await;
     if let Some(server) = embedded {
         server.stop().await?;

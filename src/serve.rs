@@ -200,7 +200,7 @@ async fn unix_socket(_: &std::path::Path, _: SocketAddr) -> Option<()> {
     None
 }
 
-/// A server running inside this process (for `stress` and `import`
+/// A server running inside this process (for `stress`, `import` and `advise`
 /// without `--connect`): real sockets, real protocol.
 #[derive(Debug)]
 pub struct Embedded {
@@ -211,6 +211,24 @@ pub struct Embedded {
 }
 
 impl Embedded {
+    /// Where a command's statements go: the running server of `connect`
+    /// (a connection string), or else `data` (default `tablegate-data`)
+    /// served in this process, returned to be stopped when done.
+    pub async fn or_connect(
+        connect: Option<&str>,
+        data: Option<&std::path::Path>,
+    ) -> Result<(tokio_postgres::Config, Option<Embedded>), String> {
+        if let Some(c) = connect {
+            return Ok((crate::pgenv::client_config(c)?, None));
+        }
+        let settings = Settings {
+            data: data.map_or_else(|| "tablegate-data".into(), Into::into),
+            ..Default::default()
+        };
+        let server = Embedded::start(settings).await?;
+        Ok((server.config(), Some(server)))
+    }
+
     /// Opens `settings.data` and serves it on a free loopback port.
     pub async fn start(mut settings: Settings) -> Result<Embedded, String> {
         settings.listen = "127.0.0.1:0".parse().expect("address");

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use tablegate_catalog::TableDef;
 use tablegate_store::partition::scan::{ScanOptions, sequential};
-use tablegate_store::{Backend, Entity, KeyInterval, Query};
+use tablegate_store::{Backend, Entity, EntityWrite, KeyInterval, Query};
 
 use crate::error::{PlanError, Result};
 use crate::exec::store_query;
@@ -130,17 +130,7 @@ impl KeyModel {
             .filter_map(|e| {
                 let values = cols.iter().map(|(from, to)| (to, real.value_of(e, from)));
                 match def.entity_write_owned(values) {
-                    Ok(w) => Some(Entity {
-                        partition_key: w.partition_key,
-                        row_key: w.row_key,
-                        timestamp: e.timestamp,
-                        etag: None,
-                        properties: w
-                            .properties
-                            .into_iter()
-                            .filter_map(|(k, v)| Some((k, v?)))
-                            .collect(),
-                    }),
+                    Ok(w) => Some(stored(w, e.timestamp)),
                     Err(_) => {
                         unkeyable += 1;
                         None
@@ -405,6 +395,21 @@ impl KeyModel {
     }
 }
 
+/// The entity a write would store (NULL properties left out).
+fn stored(w: EntityWrite, timestamp: tablegate_store::Timestamp) -> Entity {
+    Entity {
+        partition_key: w.partition_key,
+        row_key: w.row_key,
+        timestamp,
+        etag: None,
+        properties: w
+            .properties
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v?)))
+            .collect(),
+    }
+}
+
 /// True when `k` lies below every key of `iv`.
 fn below(iv: &KeyInterval, k: &str) -> bool {
     match &iv.lo {
@@ -487,17 +492,7 @@ mod tests {
                         (&cols[2], (i % 5 != 0).then_some(Value::Int32(20 + i % 50))),
                     ])
                     .unwrap();
-                Entity {
-                    partition_key: w.partition_key,
-                    row_key: w.row_key,
-                    timestamp: Timestamp::MIN,
-                    etag: None,
-                    properties: w
-                        .properties
-                        .into_iter()
-                        .filter_map(|(k, v)| Some((k, v?)))
-                        .collect(),
-                }
+                stored(w, Timestamp::MIN)
             })
             .collect();
         Sample { total, entities }
