@@ -388,7 +388,8 @@ impl Planner {
                 Ok(mut v) if v.len() == 1 => match v.remove(0) {
                     sqlparser::ast::Statement::Query(q) => match whatif::single_table(&q) {
                         Ok(t) if t == real.name.to_ascii_lowercase() => {
-                            parsed.push((statements.len(), q, w.sql.clone()));
+                            let access = access_query(&q);
+                            parsed.push((statements.len(), q, access, w.sql.clone()));
                             None
                         }
                         Ok(_) => Some("reads another table".to_owned()),
@@ -412,7 +413,7 @@ impl Planner {
                 .filter(|c| {
                     **c == real.partition_key
                         || real.row_key.as_ref() == Some(*c)
-                        || parsed.iter().any(|(_, _, sql)| sql.contains(c.as_str()))
+                        || parsed.iter().any(|(.., sql)| sql.contains(c.as_str()))
                 })
                 .cloned()
                 .collect();
@@ -482,19 +483,24 @@ impl Planner {
                     ));
                 }
                 let shadow = catalog.what_if((*def).clone());
-                let (mut weight, mut cost, mut time) = (0.0, 0.0, 0.0);
-                for (i, q, sql) in &parsed {
-                    let plan = match plan::plan_query(&shadow, q, sql) {
-                        Ok(plan::Routed::Bound(s)) if s.route == Route::Native => Arc::new(s),
-                        Ok(_) => {
-                            statements[*i].1.get_or_insert_with(|| {
-                                "runs in the analytics engine: its table access is not modelled"
-                                    .to_owned()
-                            });
-                            continue;
-                        }
-                        Err(e) => {
-                            statements[*i].1.get_or_insert_with(|| e.to_string());
+                let mut results = Vec::with_capacity(parsed.len());
+                for (i, q, access, sql) in &parsed {
+                    // A statement the engine would run (ORDER BY other than
+                    // the keys', aggregates) still reads the table as its
+                    // WHERE clause says: model that access.
+                    let planned = match plan::plan_query(&shadow, q, sql) {
+                        Ok(plan::Routed::Bound(s)) if s.route == Route::Native => Ok(s),
+                        _ => match plan::plan_query(&shadow, access, sql) {
+                            Ok(plan::Routed::Bound(s)) if s.route == Route::Native => Ok(s),
+                            Ok(_) => Err("its WHERE clause needs the analytics engine".to_owned()),
+                            Err(e) => Err(e.to_string()),
+                        },
+                    };
+                    let plan = match planned {
+                        Ok(s) => Arc::new(s),
+                        Err(why) => {
+                            statements[*i].1.get_or_insert(why);
+                            results.push(None);
                             continue;
                         }
                     };
@@ -517,25 +523,55 @@ impl Planner {
                             class = Some(c);
                         }
                     }
-                    let Some(class) = class else {
-                        statements[*i].1.get_or_insert_with(|| {
-                            "its parameters are not all compared with columns".to_owned()
-                        });
-                        continue;
-                    };
-                    let w = statements[*i].0.weight;
-                    let per_call = scanned / f64::from(n);
-                    design.per_statement.push((class, per_call));
-                    weight += w;
-                    cost += w * per_call;
-                    time += w * secs / f64::from(n);
+                    match class {
+                        Some(class) => results.push(Some((
+                            class,
+                            scanned / f64::from(n),
+                            secs / f64::from(n),
+                        ))),
+                        None => {
+                            statements[*i].1.get_or_insert_with(|| {
+                                "its parameters are not all compared with columns".to_owned()
+                            });
+                            results.push(None);
+                        }
+                    }
                 }
-                if weight > 0.0 {
-                    design.entities_per_call = cost / weight;
-                    design.min_time = Duration::from_secs_f64(time / weight);
-                }
-                designs.push(design);
+                designs.push((design, results));
             }
+            // Designs are compared on the statements every one of them
+            // models; the others are listed as not modelled.
+            let common: Vec<usize> = (0..parsed.len())
+                .filter(|&j| designs.iter().all(|(_, r)| r[j].is_some()))
+                .collect();
+            for (j, (i, ..)) in parsed.iter().enumerate() {
+                if !common.contains(&j) {
+                    statements[*i]
+                        .1
+                        .get_or_insert_with(|| "not modelled under every design".to_owned());
+                }
+            }
+            let mut designs: Vec<Design> = designs
+                .into_iter()
+                .map(|(mut design, results)| {
+                    let (mut weight, mut cost, mut time) = (0.0, 0.0, 0.0);
+                    for &j in &common {
+                        let Some((class, per_call, secs)) = results[j] else {
+                            continue;
+                        };
+                        let w = statements[parsed[j].0].0.weight;
+                        design.per_statement.push((class, per_call));
+                        weight += w;
+                        cost += w * per_call;
+                        time += w * secs;
+                    }
+                    if weight > 0.0 {
+                        design.entities_per_call = cost / weight;
+                        design.min_time = Duration::from_secs_f64(time / weight);
+                    }
+                    design
+                })
+                .collect();
             designs.sort_by_key(Design::rank_key);
             (designs, statements)
         })
@@ -552,6 +588,26 @@ impl Planner {
             advice,
         })
     }
+}
+
+/// The table access of a SELECT: the same FROM and WHERE, every column,
+/// nothing after the scan (grouping, ordering, DISTINCT, LIMIT).
+fn access_query(q: &sqlparser::ast::Query) -> sqlparser::ast::Query {
+    use sqlparser::ast::{GroupByExpr, SelectItem, SetExpr, WildcardAdditionalOptions};
+    let mut a = q.clone();
+    a.with = None;
+    a.order_by = None;
+    a.limit_clause = None;
+    a.fetch = None;
+    if let SetExpr::Select(s) = &mut *a.body {
+        s.projection = vec![SelectItem::Wildcard(WildcardAdditionalOptions::default())];
+        s.distinct = None;
+        s.group_by = GroupByExpr::Expressions(vec![], vec![]);
+        s.having = None;
+        s.named_window = vec![];
+        s.qualify = None;
+    }
+    a
 }
 
 /// The seeds' duplicate-row pattern: when the best design leaves a
