@@ -550,14 +550,14 @@ impl Planner {
         let ranges = self.store.layout(&real.name)?.len();
         let servers = self.store.partitioned().map_or(1, |p| p.config().servers);
         let (real, def, page) = (real.clone(), e.select.table.clone(), opts.page_size);
+        let b = bound.clone();
         let (model, est) = tokio::task::spawn_blocking(move || {
             let model = whatif::KeyModel::build(&real, def, &sample, ranges, servers);
-            let est = model.estimate(&bound, page);
+            let est = model.estimate(&b, page);
             (model, est)
         })
         .await
         .map_err(|e| PlanError::Store(tablegate_store::StoreError::Engine(e.to_string())))?;
-        let bound = e.select.bind(params)?;
         Ok(if e.json {
             let mut doc = explain::render_json(&bound, &est, None);
             let (partitions, largest) = model.partitions();
