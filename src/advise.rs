@@ -85,6 +85,7 @@ async fn advise(
                 "min_ms_per_call": r.get::<_, f64>("min_ms_per_call"),
                 "partitions": r.get::<_, i64>("partitions"),
                 "largest_partition": r.get::<_, i64>("largest_partition"),
+                "largest_partition_load": r.get::<_, Option<f64>>("largest_partition_load"),
                 "reason": r.get::<_, String>("reason"),
             })
         })
@@ -95,14 +96,15 @@ async fn advise(
         return Ok(());
     }
     println!(
-        "{:>4}  {:<28} {:<11} {:>13} {:>10} {:>10} {:>9}  reason",
+        "{:>4}  {:<34} {:<11} {:>13} {:>10} {:>10} {:>9} {:>9}  reason",
         "rank",
         "design (PartitionKey, RowKey)",
         "verdict",
         "entities/call",
         "min ms",
         "partitions",
-        "largest"
+        "largest",
+        "largest/s"
     );
     for d in &designs {
         let design = match d["row_key"].as_str() {
@@ -116,7 +118,7 @@ async fn advise(
         };
         let num = |k: &str| d[k].to_string();
         println!(
-            "{:>4}  {:<28} {:<11} {:>13} {:>10} {:>10} {:>9}  {}",
+            "{:>4}  {:<34} {:<11} {:>13} {:>10} {:>10} {:>9} {:>9}  {}",
             d["rank"].as_i64().map_or("-".to_owned(), |n| n.to_string()),
             design,
             d["verdict"].as_str().unwrap_or(""),
@@ -124,6 +126,9 @@ async fn advise(
             num("min_ms_per_call"),
             num("partitions"),
             num("largest_partition"),
+            d["largest_partition_load"]
+                .as_f64()
+                .map_or("-".to_owned(), |l| format!("{l:.0}")),
             d["reason"].as_str().unwrap_or("")
         );
     }

@@ -109,7 +109,7 @@ pub fn statements() -> &'static StatementLog {
     &LOG
 }
 
-fn now_micros() -> i64 {
+pub(crate) fn now_micros() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)

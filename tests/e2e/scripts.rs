@@ -59,6 +59,7 @@ macro_rules! scripts {
 }
 
 scripts!(
+    advise,
     analytics,
     errors,
     keys,

@@ -105,10 +105,12 @@ pub(super) fn advise_call(q: &ast::Query) -> Option<Result<Call, PgError>> {
                 match all.index_of(&name) {
                     Ok(n) => columns.push(n),
                     Err(_) => {
+                        let names: Vec<&str> =
+                            all.fields().iter().map(|f| f.name().as_str()).collect();
                         return Some(Err(PgError::undefined_column(format!(
                             "column \"{name}\" does not exist"
                         ))
-                        .hint("tablegate.advise returns rank, partition_key, row_key, current, verdict, entities_per_call, min_ms_per_call, partitions, largest_partition and reason")));
+                        .hint(format!("tablegate.advise returns {}", names.join(", ")))));
                     }
                 }
             }
@@ -166,6 +168,7 @@ pub(super) fn schema() -> SchemaRef {
         f("min_ms_per_call", DataType::Float64),
         f("partitions", DataType::Int64),
         f("largest_partition", DataType::Int64),
+        f("largest_partition_load", DataType::Float64),
         f("reason", DataType::Utf8),
     ]))
 }
@@ -192,13 +195,19 @@ impl ConnHandler {
             Some(w) => parse_workload(w),
             None => {
                 let name = table.to_ascii_lowercase();
+                let now = crate::statements::now_micros();
                 crate::statements::statements()
                     .snapshot()
                     .into_iter()
                     .filter(|e| e.query.to_ascii_lowercase().contains(&name))
-                    .map(|e| WorkloadStatement {
-                        sql: e.query.to_string(),
-                        weight: e.stats.calls as f64,
+                    .map(|e| {
+                        // Calls per second since it was first seen.
+                        let secs = ((now - e.stats.first_seen) as f64 / 1e6).max(1.0);
+                        WorkloadStatement {
+                            sql: e.query.to_string(),
+                            weight: e.stats.calls as f64,
+                            rate: Some(e.stats.calls as f64 / secs),
+                        }
                     })
                     .collect()
             }
@@ -236,6 +245,9 @@ impl ConnHandler {
             )),
             Arc::new(Int64Array::from_iter_values(
                 rows.iter().map(|r| r.largest_partition as i64),
+            )),
+            Arc::new(Float64Array::from_iter(
+                rows.iter().map(|r| r.largest_partition_load),
             )),
             Arc::new(StringArray::from_iter_values(
                 rows.iter().map(|r| r.reason.as_str()),
