@@ -753,3 +753,92 @@ fn advise_ranks_key_designs_from_the_log_and_a_workload_file() {
     let (out, err, ok) = run(tablegate().args(["advise", "nosuch", "--connect", &conn]));
     assert!(!ok && err.contains("42P01"), "{out}\n{err}");
 }
+
+/// `tablegate advise --apply`: the recommended design (a compound
+/// PartitionKey here) becomes a new table holding every row, the table
+/// advised on is left as it was, and on the new table each statement reads
+/// the entities the advisor estimated for it.
+#[test]
+fn advise_apply_creates_the_design_and_its_estimates_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "CREATE TABLE runners (event text NOT NULL, distance text NOT NULL, bib int NOT NULL, name text, age int)",
+            "INSERT INTO runners SELECT CASE g / 300 WHEN 0 THEN 'Boston' WHEN 1 THEN 'Chicago' ELSE 'Berlin' END, \
+             CASE (g / 100) % 3 WHEN 0 THEN 'Full' WHEN 1 THEN 'Half' ELSE '10K' END, g % 100 + 1, \
+             'runner ' || g, 18 + (g * 7) % 60 FROM generate_series(0, 899) AS s(g)",
+        ],
+    );
+    assert!(ok, "{out}\n{err}");
+    let by_bib =
+        "SELECT name FROM runners WHERE event = 'Chicago' AND distance = 'Half' AND bib = 7";
+    let by_age = "SELECT name FROM runners WHERE event = 'Chicago' AND distance = 'Half' AND age BETWEEN 40 AND 44";
+    let file = dir.path().join("race.sql");
+    std::fs::write(
+        &file,
+        format!("-- weight: 10\n{by_bib};\n-- weight: 5\n{by_age};\n"),
+    )
+    .unwrap();
+    let conn = s.conn_str();
+    let (out, err, ok) = run(tablegate()
+        .args(["advise", "runners", "--apply", "--connect", &conn])
+        .arg("--workload")
+        .arg(&file));
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("created runners_by_event__distance keyed by (event__distance, bib) and copied 900 of 900 rows"),
+        "{out}\n{err}"
+    );
+    assert!(
+        err.contains("copying") || err.contains("INSERT INTO"),
+        "{err}"
+    );
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "SELECT count(*) FROM runners",
+            "SELECT count(*) FROM runners_by_event__distance WHERE event__distance = 'Chicago__Half'",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("900") && out.contains(" 100"), "{out}");
+    // The advisor's estimate for each statement under the design.
+    let (out, err, ok) = psql(
+        &s,
+        &[&format!(
+            "SELECT partition_key, row_key, entities_per_statement FROM tablegate.advise('runners', $$ {by_bib}; {by_age} $$)"
+        )],
+    );
+    assert!(ok, "{err}");
+    let estimates: Vec<f64> = out
+        .lines()
+        .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
+        .find(|c| c.len() == 3 && c[0] == "event__distance" && c[1] == "bib")
+        .map(|c| {
+            c[2].trim_matches(['{', '}'])
+                .split(',')
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|| panic!("{out}"));
+    // One runner by bib; the age band reads the whole partition.
+    assert_eq!(estimates, [1.0, 100.0], "{out}");
+    for (stmt, estimate) in [by_bib, by_age].into_iter().zip(estimates) {
+        // What the statement reads on the new table, with the key the
+        // application now writes.
+        let on_new = stmt.replace(
+            "FROM runners WHERE",
+            "FROM runners_by_event__distance WHERE event__distance = 'Chicago__Half' AND",
+        );
+        let (out, err, ok) = psql(&s, &[&format!("EXPLAIN ANALYZE {on_new}")]);
+        assert!(ok, "{err}");
+        let actual: f64 = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Actual: entities scanned "))
+            .and_then(|r| r.split(',').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(estimate, actual, "{stmt}: {out}");
+    }
+}

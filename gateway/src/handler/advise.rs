@@ -6,7 +6,10 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::types::Float64Type;
+use arrow_array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, ListArray, RecordBatch, StringArray,
+};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use pgwire::api::results::{QueryResponse, Response};
 use sqlparser::ast;
@@ -165,11 +168,16 @@ pub(super) fn schema() -> SchemaRef {
         f("current", DataType::Boolean),
         f("verdict", DataType::Utf8),
         f("entities_per_call", DataType::Float64),
+        f(
+            "entities_per_statement",
+            DataType::List(Arc::new(Field::new("item", DataType::Float64, true))),
+        ),
         f("min_ms_per_call", DataType::Float64),
         f("partitions", DataType::Int64),
         f("largest_partition", DataType::Int64),
         f("largest_partition_load", DataType::Float64),
         f("reason", DataType::Utf8),
+        f("apply_sql", DataType::Utf8),
     ]))
 }
 
@@ -237,6 +245,16 @@ impl ConnHandler {
             Arc::new(Float64Array::from_iter_values(
                 rows.iter().map(|r| r.entities_per_call),
             )),
+            Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(
+                rows.iter().map(|r| {
+                    Some(
+                        r.entities_per_statement
+                            .iter()
+                            .map(|n| Some(*n))
+                            .collect::<Vec<_>>(),
+                    )
+                }),
+            )),
             Arc::new(Float64Array::from_iter_values(
                 rows.iter().map(|r| r.min_ms),
             )),
@@ -251,6 +269,9 @@ impl ConnHandler {
             )),
             Arc::new(StringArray::from_iter_values(
                 rows.iter().map(|r| r.reason.as_str()),
+            )),
+            Arc::new(StringArray::from_iter(
+                rows.iter().map(|r| r.apply_sql.as_deref()),
             )),
         ];
         let batch = RecordBatch::try_new(schema(), columns)

@@ -101,6 +101,20 @@ impl Derived {
         }
     }
 
+    /// The SQL expression that computes this key as the model stores it,
+    /// for copying rows into a table keyed by it; `None` where there is
+    /// none yet (hash buckets, inverted values, timestamp and uuid parts).
+    pub fn sql(&self, real: &TableDef) -> Option<String> {
+        match &self.kind {
+            Kind::Compound(a, b) => Some(format!(
+                "{} || '{SEP}' || {}",
+                key_sql(a, real.resolve(a).ok()?.ty)?,
+                key_sql(b, real.resolve(b).ok()?.ty)?
+            )),
+            Kind::Bucket(_) | Kind::Inverted(_) => None,
+        }
+    }
+
     /// The key for the source values given (a leading part of a compound
     /// key when only its first value is given); `None` when a value is
     /// missing or not of its column's type.
@@ -126,6 +140,28 @@ impl Derived {
                 SqlType::Int8.encode_key(&Value::Int64(!n))
             }
         }
+    }
+}
+
+/// A column's stored key as SQL: integers zero-padded to their width, the
+/// negative ones after a `-` as the key codec writes them (`bigint` only
+/// when not negative: its offset does not fit the type).
+fn key_sql(col: &str, ty: SqlType) -> Option<String> {
+    let int = |digits: usize| {
+        let max = "9".repeat(digits);
+        format!(
+            "CASE WHEN {col} >= 0 THEN lpad(CAST({col} AS text), {digits}, '0') ELSE '-' || lpad(CAST({max} + {col} AS text), {digits}, '0') END"
+        )
+    };
+    match ty {
+        SqlType::Text => Some(col.to_owned()),
+        SqlType::Int2 => Some(int(5)),
+        SqlType::Int4 => Some(int(10)),
+        SqlType::Int8 => Some(format!(
+            "CASE WHEN {col} >= 0 THEN lpad(CAST({col} AS text), 19, '0') END"
+        )),
+        SqlType::Date => Some(format!("CAST({col} AS text)")),
+        _ => None,
     }
 }
 

@@ -96,6 +96,9 @@ pub struct Design {
     pub total_load: Option<f64>,
     /// The account's target that load is judged against.
     pub account_target: u64,
+    /// The SQL that creates a table keyed this way and copies the rows
+    /// into it (`None` when a derived key has no SQL expression yet).
+    pub apply: Option<String>,
 }
 
 /// The advisor's answer.
@@ -119,6 +122,48 @@ pub struct Report {
 }
 
 impl Design {
+    /// The table a design is applied as: `<table>_by_<partition key>`.
+    pub fn applied_name(&self, table: &str) -> String {
+        let mut name = format!("{table}_by_{}", self.partition_key);
+        name.truncate(63);
+        name
+    }
+
+    /// `CREATE TABLE` keyed by this design and `INSERT … SELECT` of the
+    /// rows of `real` (the derived keys computed in SQL).
+    fn apply_sql(&self, real: &TableDef, derived: &[Derived]) -> Option<String> {
+        let keys: Vec<&String> = std::iter::once(&self.partition_key)
+            .chain(self.row_key.as_ref())
+            .collect();
+        let mut columns = Vec::new();
+        let mut select = Vec::new();
+        for c in real.visible() {
+            let not_null = c.not_null || keys.contains(&&c.name);
+            columns.push(format!(
+                "{} {}{}",
+                c.name,
+                c.ty.pg_name(),
+                if not_null { " NOT NULL" } else { "" }
+            ));
+            select.push(c.name.clone());
+        }
+        for k in &keys {
+            if let Some(d) = derived.iter().find(|d| &&d.name == k) {
+                columns.push(format!("{} text NOT NULL", d.name));
+                select.push(format!("{} AS {}", d.sql(real)?, d.name));
+            }
+        }
+        let new = self.applied_name(&real.name);
+        let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        Some(format!(
+            "CREATE TABLE {new} ({}, PRIMARY KEY ({}));\nINSERT INTO {new} SELECT {} FROM {}",
+            columns.join(", "),
+            keys.join(", "),
+            select.join(", "),
+            real.name
+        ))
+    }
+
     fn name(&self) -> String {
         match &self.row_key {
             Some(rk) => format!("({}, {rk})", self.partition_key),
@@ -829,8 +874,10 @@ impl Planner {
             let usable: Vec<(String, String)> =
                 usable.into_iter().map(|(_, p, t)| (p, t)).collect();
             let (more, second) = suffixes(&usable, &columns, &facts, &derived);
+            let mut all_derived = derived.clone();
             if !second.is_empty() {
-                let then = env(derived.iter().cloned().chain(more).collect());
+                all_derived.extend(more);
+                let then = env(all_derived.clone());
                 for keys in second {
                     if let Some(d) = then.model(&catalog, &keys, &current, &mut statements) {
                         designs.push(d);
@@ -904,6 +951,9 @@ impl Planner {
                     || d.current
                     || best.is_none_or(|b| d.entities_per_call < b * 3.0)
             });
+            for d in &mut designs {
+                d.apply = d.apply_sql(&real, &all_derived);
+            }
             let reads: Vec<usize> = common.iter().map(|&j| reads[j].stmt).collect();
             (designs, statements, reads)
         })
@@ -980,6 +1030,7 @@ impl Env<'_> {
             server_target: self.server_target,
             total_load: None,
             account_target: self.account_target,
+            apply: None,
         };
         let split: Vec<&writes::Unit> = self
             .units
@@ -1200,6 +1251,12 @@ impl Report {
                     partitions: d.partitions.0,
                     largest_partition: d.partitions.1,
                     largest_partition_load: d.hottest_load.map(|l| l.round()),
+                    apply_sql: d.apply.clone(),
+                    entities_per_statement: d
+                        .per_statement
+                        .iter()
+                        .map(|(_, n)| (n * 10.0).round() / 10.0)
+                        .collect(),
                     reason,
                 }
             })
@@ -1231,6 +1288,11 @@ pub struct ReportRow {
     /// Entities per second its largest partition would serve at the
     /// workload's rates (when known).
     pub largest_partition_load: Option<f64>,
+    /// The SQL that creates a table keyed this way and copies the rows.
+    pub apply_sql: Option<String>,
+    /// Entities each modelled read reads per call (the reads in workload
+    /// order).
+    pub entities_per_statement: Vec<f64>,
     /// Why, in the seeds' terms.
     pub reason: String,
 }
