@@ -20,7 +20,7 @@ use sqlparser::parser::Parser;
 use tablegate_catalog::{Column, SqlType, TableDef};
 use tablegate_store::{CmpOp, Value};
 
-use crate::expr::BExpr;
+use crate::expr::{BExpr, op_text};
 use crate::whatif::Sample;
 
 /// Hash buckets a bucketed PartitionKey spreads a key over.
@@ -471,17 +471,6 @@ pub fn rewrite(
         }
     }
     (q, computed)
-}
-
-fn op_text(op: CmpOp) -> &'static str {
-    match op {
-        CmpOp::Eq => "=",
-        CmpOp::Ne => "<>",
-        CmpOp::Lt => "<",
-        CmpOp::Le => "<=",
-        CmpOp::Gt => ">",
-        CmpOp::Ge => ">=",
-    }
 }
 
 #[cfg(test)]
