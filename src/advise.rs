@@ -17,8 +17,10 @@ pub struct AdviseArgs {
     /// The table to advise on.
     pub table: String,
     /// A workload file: SQL statements ending in `;`, each optionally after
-    /// a `-- weight: N` line. Without it, the server's statement log (the
-    /// statements that name the table, weighted by their calls).
+    /// a `-- weight: N` (relative) or `-- rate: N` (calls per second) line;
+    /// `BEGIN; …; COMMIT;` groups writes that must be atomic. Without it,
+    /// the server's statement log (the statements that name the table,
+    /// weighted by their calls).
     #[arg(long)]
     pub workload: Option<PathBuf>,
     /// text or json.
