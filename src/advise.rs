@@ -80,10 +80,7 @@ async fn advise(
                 .await
         }
     }
-    .map_err(|e| match e.as_db_error() {
-        Some(d) => format!("{} ({})", d.message(), d.code().code()),
-        None => e.to_string(),
-    })?;
+    .map_err(crate::pgenv::db_error)?;
     let designs: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
@@ -123,10 +120,7 @@ async fn advise(
         "largest/s"
     );
     for d in &designs {
-        let design = match d["row_key"].as_str() {
-            Some(rk) => format!("({}, {rk})", d["partition_key"].as_str().unwrap_or("")),
-            None => format!("({})", d["partition_key"].as_str().unwrap_or("")),
-        };
+        let design = design_name(d);
         let design = if d["current"].as_bool() == Some(true) {
             format!("{design} *")
         } else {
@@ -164,17 +158,10 @@ async fn apply(
         .iter()
         .find(|d| d["rank"].as_i64() == Some(args.rank))
         .ok_or_else(|| format!("no usable design of rank {}", args.rank))?;
-    let keys = match design["row_key"].as_str() {
-        Some(rk) => format!("({}, {rk})", design["partition_key"].as_str().unwrap_or("")),
-        None => format!("({})", design["partition_key"].as_str().unwrap_or("")),
-    };
+    let keys = design_name(design);
     let sql = design["apply_sql"].as_str().ok_or_else(|| {
         format!("the design {keys} has a key with no SQL expression yet (a hash bucket, an inverted value, or a timestamp or uuid part); apply another rank")
     })?;
-    let db = |e: tokio_postgres::Error| match e.as_db_error() {
-        Some(d) => format!("{} ({})", d.message(), d.code().code()),
-        None => e.to_string(),
-    };
     let (create, insert) = sql.split_once(";\n").ok_or("malformed apply SQL")?;
     let new = create
         .strip_prefix("CREATE TABLE ")
@@ -184,10 +171,13 @@ async fn apply(
     let total: i64 = client
         .query_one(&format!("SELECT count(*) FROM {}", args.table), &[])
         .await
-        .map_err(db)?
+        .map_err(crate::pgenv::db_error)?
         .get(0);
     eprintln!("{create}");
-    client.batch_execute(create).await.map_err(db)?;
+    client
+        .batch_execute(create)
+        .await
+        .map_err(crate::pgenv::db_error)?;
     eprintln!("{insert}");
     let copy = client.execute(insert, &[]);
     tokio::pin!(copy);
@@ -198,7 +188,7 @@ async fn apply(
     let watcher = crate::pgenv::connect(conn).await.ok();
     let copied = loop {
         tokio::select! {
-            r = &mut copy => break r.map_err(db)?,
+            r = &mut copy => break r.map_err(crate::pgenv::db_error)?,
             _ = tick.tick() => {
                 // The table statistics, not a count: a scan would spend
                 // the throttling budget the copy runs under.
@@ -227,4 +217,13 @@ async fn apply(
         args.table
     );
     Ok(())
+}
+
+/// `(partition key, row key)` of a report row.
+fn design_name(d: &serde_json::Value) -> String {
+    let pk = d["partition_key"].as_str().unwrap_or("");
+    match d["row_key"].as_str() {
+        Some(rk) => format!("({pk}, {rk})"),
+        None => format!("({pk})"),
+    }
 }

@@ -203,21 +203,11 @@ async fn import(
     let schema: Schema = df.schema().as_arrow().clone();
 
     let client = crate::pgenv::connect(conn).await?;
-    let db = |e: tokio_postgres::Error| match e.as_db_error() {
-        Some(d) => {
-            let mut m = format!("{} ({})", d.message(), d.code().code());
-            if let Some(h) = d.hint() {
-                m.push_str(&format!("\nhint: {h}"));
-            }
-            m
-        }
-        None => e.to_string(),
-    };
     // Imports are long: let the server retry throttled EGTs patiently.
     client
         .batch_execute("SET tablegate.retry_max = 20")
         .await
-        .map_err(db)?;
+        .map_err(crate::pgenv::db_error)?;
 
     match (&args.partition_key, &args.row_key) {
         (Some(pk), Some(rk)) => {
@@ -227,7 +217,7 @@ async fn import(
                 Err(e) if e.code().is_some_and(|c| c.code() == "42P07") => {
                     eprintln!("table {} exists: importing into it", args.table);
                 }
-                Err(e) => return Err(db(e)),
+                Err(e) => return Err(crate::pgenv::db_error(e)),
             }
         }
         (None, None) => {}
@@ -241,7 +231,7 @@ async fn import(
         columns.join(", ")
     );
     let sink = client.copy_in(&copy).await.map_err(|e| {
-        let m = db(e);
+        let m = crate::pgenv::db_error(e);
         if m.contains("42P01") {
             format!("{m}\nhint: create the table with --partition-key COLUMN --row-key COLUMN")
         } else {
@@ -269,11 +259,17 @@ async fn import(
                 .build(&mut buf);
             w.write(&batch).map_err(|e| format!("encoding rows: {e}"))?;
         }
-        sink.send(bytes::Bytes::from(buf)).await.map_err(db)?;
+        sink.send(bytes::Bytes::from(buf))
+            .await
+            .map_err(crate::pgenv::db_error)?;
         rows += batch.num_rows() as u64;
         bar.set_position(rows);
     }
-    let written = sink.as_mut().finish().await.map_err(db)?;
+    let written = sink
+        .as_mut()
+        .finish()
+        .await
+        .map_err(crate::pgenv::db_error)?;
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
     println!(

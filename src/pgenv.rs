@@ -1,5 +1,6 @@
-//! The connection `import --connect` and `stress --connect` make: a
-//! tokio-postgres connection string, with what it leaves out taken from
+//! The connection `import --connect` and `stress --connect` make, and how
+//! the command line prints a server error ([`db_error`]): a tokio-postgres
+//! connection string, with what it leaves out taken from
 //! PostgreSQL's environment variables as libpq takes them (`PGHOST`,
 //! `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE`), then
 //! tablegate's defaults (the Unix socket directory or localhost, port 5433,
@@ -106,6 +107,21 @@ fn client_config_with(conn: &str, env: impl Fn(&str) -> Option<String>) -> Resul
         );
     }
     Ok(c)
+}
+
+/// A server error as the command line prints it: the message, its
+/// SQLSTATE, and the hint when there is one.
+pub fn db_error(e: tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => {
+            let mut m = format!("{} ({})", d.message(), d.code().code());
+            if let Some(h) = d.hint() {
+                m.push_str(&format!("\nhint: {h}"));
+            }
+            m
+        }
+        None => e.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tablegate_catalog::TableDef;
+use tablegate_store::partition::Targets;
 use tablegate_store::{CmpOp, Entity, Value};
 
 use crate::error::Result;
@@ -82,23 +83,54 @@ pub struct Design {
     pub append_only: Option<&'static str>,
     /// How its derived keys are computed.
     pub derived: Vec<String>,
-    /// Entities per second the largest partition would serve at the
-    /// workload's rates (when every read's rate is known).
-    pub hottest_load: Option<f64>,
-    /// The per-partition target that load is judged against.
-    pub target: u64,
-    /// Entities per second of inserts the server at the end of the key
-    /// order would take (append-only designs, rates known).
-    pub tail_load: Option<f64>,
-    /// The per-server target that load is judged against.
-    pub server_target: u64,
-    /// Entities per second the whole workload would read and insert.
-    pub total_load: Option<f64>,
-    /// The account's target that load is judged against.
-    pub account_target: u64,
+    /// What it would serve at the workload's rates (when every read's
+    /// rate is known).
+    pub load: Option<Load>,
     /// The SQL that creates a table keyed this way and copies the rows
     /// into it (`None` when a derived key has no SQL expression yet).
     pub apply: Option<String>,
+}
+
+/// Entities per second a design's busiest places would serve at the
+/// workload's rates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    /// Its largest partition (its share of the reads and inserts).
+    pub largest: f64,
+    /// The server at the end of the key order, when inserts are
+    /// append-only (it takes them all).
+    pub tail: Option<f64>,
+    /// The whole workload, reads and inserts.
+    pub total: f64,
+}
+
+impl Load {
+    /// Each place above 90% of its target, in words.
+    fn overloads(&self, t: &Targets) -> Vec<String> {
+        let over = |load: f64, target: u64| load > target as f64 * 0.9;
+        let mut out = Vec::new();
+        if over(self.largest, t.per_partition) {
+            out.push(format!(
+                "too hot: at the workload's rates its largest partition would serve {:.0} entities/s, against a target of {} per partition",
+                self.largest, t.per_partition
+            ));
+        }
+        if let Some(l) = self.tail
+            && over(l, t.per_server)
+        {
+            out.push(format!(
+                "too hot: at the workload's rates the server at the end of the key order would take all {l:.0} inserted entities/s, against a target of {} per server",
+                t.per_server
+            ));
+        }
+        if over(self.total, t.per_account) {
+            out.push(format!(
+                "too hot: at the workload's rates it would read and insert {:.0} entities/s in all, against the account's target of {}",
+                self.total, t.per_account
+            ));
+        }
+        out
+    }
 }
 
 /// The advisor's answer.
@@ -119,6 +151,8 @@ pub struct Report {
     pub reads: Vec<usize>,
     /// The workload inserts into the table.
     pub inserts: bool,
+    /// The throttling targets loads are judged against.
+    pub targets: Targets,
 }
 
 impl Design {
@@ -171,16 +205,9 @@ impl Design {
         }
     }
 
-    /// Whether the largest partition would run above its target.
-    fn hot(&self) -> bool {
-        self.hottest_load
-            .is_some_and(|l| l > self.target as f64 * 0.9)
-            || self
-                .tail_load
-                .is_some_and(|l| l > self.server_target as f64 * 0.9)
-            || self
-                .total_load
-                .is_some_and(|l| l > self.account_target as f64 * 0.9)
+    /// Whether some place would run above its target.
+    fn hot(&self, t: &Targets) -> bool {
+        self.load.is_some_and(|l| !l.overloads(t).is_empty())
     }
 
     /// Ranking: usable designs first, then those whose largest partition
@@ -189,10 +216,10 @@ impl Design {
     /// inserts (otherwise the insert order only says how the data was
     /// loaded), then the smaller largest partition (the seeds' many small
     /// partitions).
-    fn rank_key(&self, inserts: bool) -> (bool, bool, u64, bool, u64, bool, u64) {
+    fn rank_key(&self, inserts: bool, t: &Targets) -> (bool, bool, u64, bool, u64, bool, u64) {
         (
             self.rejected.is_some(),
-            self.hot(),
+            self.hot(t),
             (self.entities_per_call * 100.0).round() as u64,
             inserts && self.append_only.is_some(),
             self.partitions.1,
@@ -202,7 +229,7 @@ impl Design {
     }
 
     /// One line on why the design ranks where it does, in the seeds' terms.
-    pub fn reason(&self, statements: usize, inserts: bool) -> String {
+    pub fn reason(&self, statements: usize, inserts: bool, t: &Targets) -> String {
         if let Some(r) = &self.rejected {
             return format!("rejected: {r}");
         }
@@ -225,7 +252,7 @@ impl Design {
             parts.push(if inserts {
                 format!(
                     "{a}: the newest rows all go to the {end} of the key order, one range partition and one server at a time (at most {} entities/s); prefix the key with a hash bucket",
-                    self.server_target
+                    t.per_server
                 )
             } else {
                 format!(
@@ -233,29 +260,8 @@ impl Design {
                 )
             });
         }
-        if let Some(l) = self.hottest_load
-            && l > self.target as f64 * 0.9
-        {
-            parts.push(format!(
-                "too hot: at the workload's rates its largest partition would serve {l:.0} entities/s, against a target of {} per partition",
-                self.target
-            ));
-        }
-        if let Some(l) = self.tail_load
-            && l > self.server_target as f64 * 0.9
-        {
-            parts.push(format!(
-                "too hot: at the workload's rates the server at the end of the key order would take all {l:.0} inserted entities/s, against a target of {} per server",
-                self.server_target
-            ));
-        }
-        if let Some(l) = self.total_load
-            && l > self.account_target as f64 * 0.9
-        {
-            parts.push(format!(
-                "too hot: at the workload's rates it would read and insert {l:.0} entities/s in all, against the account's target of {}",
-                self.account_target
-            ));
+        if let Some(l) = self.load {
+            parts.extend(l.overloads(t));
         }
         if self.partitions.1 > crate::explain::LARGE_PARTITION {
             parts.push(format!(
@@ -752,13 +758,13 @@ impl Planner {
             })
             .collect();
         let visible: Vec<String> = real.visible().map(|c| c.name.clone()).collect();
-        let for_units: Vec<_> = parsed
-            .iter()
-            .map(|(w, s)| (w.clone(), s.as_ref().ok().cloned()))
-            .collect();
-        let (units, used) = writes::units(&for_units, &name, &visible);
-        let inserts = writes::inserts(&for_units, &name);
-        let insert_load = writes::insert_load(&for_units, &name);
+        let borrowed: Vec<writes::Statement<'_>> =
+            parsed.iter().map(|(w, s)| (w, s.as_ref().ok())).collect();
+        let (units, used) = writes::units(&borrowed, &name, &visible);
+        let writes::Inserts {
+            any: inserts,
+            load: insert_load,
+        } = writes::inserts(&borrowed, &name);
         let mut statements = Vec::new();
         let mut queries = Vec::new();
         for (i, (w, s)) in parsed.into_iter().enumerate() {
@@ -818,6 +824,7 @@ impl Planner {
             real.keyless(),
         );
         let real2 = real.clone();
+        let ranking = targets.clone();
         let (designs, statements, reads) = tokio::task::spawn_blocking(move || {
             let real = real2;
             let env = |derived: Vec<Derived>| Env {
@@ -842,9 +849,6 @@ impl Planner {
                 ranges,
                 servers,
                 page,
-                target: targets.per_partition,
-                server_target: targets.per_server,
-                account_target: targets.per_account,
             };
             let mut statements = statements;
             let mut designs = Vec::new();
@@ -929,16 +933,16 @@ impl Planner {
                         && (!common.is_empty() || il > 0.0)
                     {
                         let share = design.partitions.1 as f64 / total as f64;
-                        design.hottest_load = Some((load + il) * share);
-                        design.total_load = Some(load + il);
-                        if design.append_only.is_some() {
-                            design.tail_load = Some(il);
-                        }
+                        design.load = Some(Load {
+                            largest: (load + il) * share,
+                            tail: design.append_only.map(|_| il),
+                            total: load + il,
+                        });
                     }
                     design
                 })
                 .collect();
-            designs.sort_by_key(|d| d.rank_key(inserts));
+            designs.sort_by_key(|d| d.rank_key(inserts, &ranking));
             // A rejected design is listed when it would have competed: it
             // reads less than three times what the recommended one reads
             // (or it is the table's design today).
@@ -970,6 +974,7 @@ impl Planner {
             advice,
             reads,
             inserts,
+            targets,
         })
     }
 }
@@ -986,12 +991,6 @@ struct Env<'a> {
     ranges: usize,
     servers: usize,
     page: usize,
-    /// The per-partition target.
-    target: u64,
-    /// The per-server target.
-    server_target: u64,
-    /// The account's target.
-    account_target: u64,
 }
 
 type Modelled = Option<(AccessClass, f64, f64)>;
@@ -1024,12 +1023,7 @@ impl Env<'_> {
                 .filter_map(|k| self.derived.iter().find(|d| &d.name == k))
                 .map(Derived::describe)
                 .collect(),
-            hottest_load: None,
-            target: self.target,
-            tail_load: None,
-            server_target: self.server_target,
-            total_load: None,
-            account_target: self.account_target,
+            load: None,
             apply: None,
         };
         let split: Vec<&writes::Unit> = self
@@ -1226,7 +1220,7 @@ impl Report {
                     rank += 1;
                     if rank == 1 { "recommended" } else { "usable" }
                 };
-                let mut reason = d.reason(modelled, self.inserts);
+                let mut reason = d.reason(modelled, self.inserts, &self.targets);
                 if i == 0 && d.rejected.is_none() {
                     for a in &self.advice {
                         reason.push_str("; ");
@@ -1250,7 +1244,7 @@ impl Report {
                     min_ms: (d.min_time.as_secs_f64() * 1e5).round() / 100.0,
                     partitions: d.partitions.0,
                     largest_partition: d.partitions.1,
-                    largest_partition_load: d.hottest_load.map(|l| l.round()),
+                    largest_partition_load: d.load.map(|l| l.largest.round()),
                     apply_sql: d.apply.clone(),
                     entities_per_statement: d
                         .per_statement

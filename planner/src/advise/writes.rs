@@ -16,6 +16,9 @@ use super::WorkloadStatement;
 use super::derived::Derived;
 use crate::expr::fold;
 
+/// A workload statement, parsed when it parses.
+pub type Statement<'a> = (&'a WorkloadStatement, Option<&'a ast::Statement>);
+
 /// Writes that must be atomic together.
 #[derive(Debug, Clone)]
 pub struct Unit {
@@ -57,7 +60,7 @@ impl Unit {
 /// together (units of two rows or more), and marks each statement it used.
 /// `columns` orders a positional INSERT's values.
 pub fn units(
-    workload: &[(WorkloadStatement, Option<sqlparser::ast::Statement>)],
+    workload: &[Statement<'_>],
     table: &str,
     columns: &[String],
 ) -> (Vec<Unit>, Vec<usize>) {
@@ -113,24 +116,23 @@ pub fn units(
     (out, used)
 }
 
-/// Whether the workload inserts into `table` (so the insert order is a
-/// runtime pattern, not only how the data was loaded).
-pub fn inserts(workload: &[(WorkloadStatement, Option<ast::Statement>)], table: &str) -> bool {
-    workload.iter().any(|(_, s)| match s {
-        Some(ast::Statement::Insert(ins)) => {
-            matches!(&ins.table, ast::TableObject::TableName(n) if names_table(n, table))
-        }
-        _ => false,
-    })
+/// The workload's INSERTs into `table`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Inserts {
+    /// There are some (so the insert order is a runtime pattern, not only
+    /// how the data was loaded).
+    pub any: bool,
+    /// Entities per second they write (rate times rows); `None` when one
+    /// of them has no rate.
+    pub load: Option<f64>,
 }
 
-/// Entities per second the workload's INSERTs into `table` write (rate
-/// times rows); `None` when one of them has no rate.
-pub fn insert_load(
-    workload: &[(WorkloadStatement, Option<ast::Statement>)],
-    table: &str,
-) -> Option<f64> {
-    let mut load = 0.0;
+/// The workload's INSERTs into `table`.
+pub fn inserts(workload: &[Statement<'_>], table: &str) -> Inserts {
+    let mut out = Inserts {
+        any: false,
+        load: Some(0.0),
+    };
     for (w, s) in workload {
         if let Some(ast::Statement::Insert(ins)) = s
             && matches!(&ins.table, ast::TableObject::TableName(n) if names_table(n, table))
@@ -139,10 +141,11 @@ pub fn insert_load(
                 Some(ast::SetExpr::Values(v)) => v.rows.len(),
                 _ => 1,
             };
-            load += w.rate? * rows as f64;
+            out.any = true;
+            out.load = out.load.zip(w.rate).map(|(l, r)| l + r * rows as f64);
         }
     }
-    Some(load)
+    out
 }
 
 fn names_table(name: &ast::ObjectName, table: &str) -> bool {
@@ -254,7 +257,7 @@ fn fixed(e: Option<&ast::Expr>) -> Vec<(String, String)> {
 mod tests {
     use super::*;
 
-    fn workload(sql: &str) -> Vec<(WorkloadStatement, Option<ast::Statement>)> {
+    fn parse(sql: &str) -> Vec<(WorkloadStatement, Option<ast::Statement>)> {
         super::super::parse_workload(sql)
             .into_iter()
             .map(|w| {
@@ -267,7 +270,7 @@ mod tests {
     #[test]
     fn a_unit_is_atomic_when_its_rows_share_the_partition_key() {
         let cols = ["tenant".to_owned(), "id".to_owned(), "total".to_owned()];
-        let w = workload(
+        let parsed = parse(
             "-- weight: 4\nINSERT INTO orders VALUES ($1, $2, 10), ($1, $3, 20);\n\
              BEGIN; UPDATE orders SET total = 1 WHERE tenant = 'a' AND id = $1;\
              DELETE FROM orders WHERE id = $2 AND tenant = 'a'; COMMIT;\n\
@@ -275,6 +278,7 @@ mod tests {
              INSERT INTO orders SELECT * FROM orders;\n\
              INSERT INTO other VALUES (1, 2), (3, 4);",
         );
+        let w: Vec<Statement<'_>> = parsed.iter().map(|(w, s)| (w, s.as_ref())).collect();
         let (units, used) = units(&w, "orders", &cols);
         assert_eq!(units.len(), 2);
         assert_eq!(used, [0, 1, 2, 3, 4, 5, 6]);
