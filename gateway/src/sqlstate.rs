@@ -266,7 +266,8 @@ impl From<&StoreError> for PgError {
                 .hint("check the account key, or the SAS token's permissions and expiry"),
             // The service's own size limits: the same SQLSTATE as the
             // checks made before sending (which count as the service
-            // documents; Azurite counts strings in UTF-8 bytes instead).
+            // documents; Azurite measures an entity by its request body's
+            // UTF-8 bytes, so it refuses some that the service accepts).
             StoreError::Remote { code, .. }
                 if matches!(
                     code.as_str(),
@@ -275,8 +276,8 @@ impl From<&StoreError> for PgError {
             {
                 PgError::new("54000", m).hint(
                     "a String or Binary value holds at most 64 KiB (a string at most 32K UTF-16 \
-                     characters; the Azurite emulator counts UTF-8 bytes), an entity at most \
-                     1 MiB, a transaction at most 4 MiB",
+                     characters), an entity at most 1 MiB (the Azurite emulator counts its \
+                     request body's UTF-8 bytes), a transaction at most 4 MiB",
                 )
             }
             StoreError::Remote { status: None, .. } => PgError::new("58000", m)

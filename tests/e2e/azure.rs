@@ -798,21 +798,28 @@ fn azure_etags_guard_updates_through_sql() {
 }
 
 /// A value the service refuses as too large is 54000, as the same value
-/// refused by tablegate's own check is (Azurite counts a string's UTF-8
-/// bytes: 32,768 `€` pass the UTF-16 check and reach it).
+/// refused by tablegate's own check is. Azurite measures an entity by its
+/// request body's UTF-8 bytes: eleven strings of 32,768 `€` are 704 KiB by
+/// the service's UTF-16 formula (tablegate's check passes them) and 1.03 MiB
+/// of UTF-8, so only the emulator refuses them (EntityTooLarge).
 #[test]
 fn azure_refuses_oversized_values_with_54000() {
-    let (a, t, _drop) = serve_with_table("big", "pk text, rk text, s text, PRIMARY KEY (pk, rk)");
+    let columns: Vec<String> = (1..=11).map(|i| format!("s{i} text")).collect();
+    let (a, t, _drop) = serve_with_table(
+        "big",
+        &format!(
+            "pk text, rk text, {}, PRIMARY KEY (pk, rk)",
+            columns.join(", ")
+        ),
+    );
     let s = &a.s;
-    for (rk, value) in [
-        ("service", "repeat('€', 32768)"),
-        ("check", "repeat('x', 32769)"),
-    ] {
+    let euros = ["repeat('€', 32768)"; 11].join(", ");
+    for (rk, values) in [("service", euros.as_str()), ("check", "repeat('x', 32769)")] {
         let (_, err, ok) = psql(
             s,
             &[
                 "\\set VERBOSITY verbose",
-                &format!("INSERT INTO {t} SELECT 'a', '{rk}', {value}"),
+                &format!("INSERT INTO {t} SELECT 'a', '{rk}', {values}"),
             ],
         );
         assert!(!ok && err.contains("54000"), "{rk}: {err}");
