@@ -23,6 +23,17 @@ pub enum AzureError {
         /// The transport's story.
         reason: String,
     },
+    /// The connection broke, or the answer did not come in time, after the
+    /// request was sent: the service may or may not have applied it. Reads
+    /// retry it; writes first check what the service holds (see
+    /// `AzureStore::settle`).
+    #[error("the connection to {endpoint} broke before the answer came: {reason}")]
+    Interrupted {
+        /// The endpoint.
+        endpoint: String,
+        /// The transport's story.
+        reason: String,
+    },
     /// A response arrived that this client cannot read.
     #[error("unexpected response from the table service: {0}")]
     BadResponse(String),
@@ -34,6 +45,15 @@ pub type Result<T, E = AzureError> = std::result::Result<T, E>;
 impl From<AzureError> for StoreError {
     fn from(e: AzureError) -> Self {
         let code = match &e {
+            // Retryable: the retry policy backs off and sends it again.
+            AzureError::Interrupted { .. } => {
+                return StoreError::ServerBusy {
+                    reason: format!("{e}; retry"),
+                    scope: "the table service".to_owned(),
+                    target_per_sec: None,
+                    retry_after: std::time::Duration::ZERO,
+                };
+            }
             AzureError::ConnectionString { .. } => "InvalidConnectionString",
             AzureError::Unreachable { .. } => "Unreachable",
             AzureError::BadResponse(_) => "BadResponse",

@@ -131,11 +131,13 @@ pub struct Client {
 impl Client {
     /// A client with connection pooling and timeouts (the service's own
     /// limit is 30 s per request; a hung connection must not hang a query).
+    /// Idle connections are dropped before Azurite's 5 s keep-alive closes
+    /// them, so a request rarely meets a connection closed under it.
     pub fn new(account: Account) -> Result<Client, AzureError> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(Duration::from_secs(4))
             .build()
             .map_err(|e| AzureError::Unreachable {
                 endpoint: account.endpoint.clone(),
@@ -195,14 +197,28 @@ impl Client {
             b = b.header("Content-Type", t).body(body);
         }
         // reqwest names the URL in its errors, and a SAS token is in it.
-        let unreachable = |e: reqwest::Error| AzureError::Unreachable {
-            endpoint: self.account.endpoint.clone(),
-            reason: e.without_url().to_string(),
+        // A request that never connected did nothing; one that broke after
+        // connecting may have been applied (see `AzureError::Interrupted`).
+        let transport = |e: reqwest::Error| {
+            let endpoint = self.account.endpoint.clone();
+            let connect = e.is_connect();
+            let e = e.without_url();
+            let mut reason = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                reason = format!("{reason}: {s}");
+                source = s.source();
+            }
+            if connect {
+                AzureError::Unreachable { endpoint, reason }
+            } else {
+                AzureError::Interrupted { endpoint, reason }
+            }
         };
-        let r = b.send().await.map_err(unreachable)?;
+        let r = b.send().await.map_err(transport)?;
         let status = r.status();
         let headers = r.headers().clone();
-        let body = r.bytes().await.map_err(unreachable)?.to_vec();
+        let body = r.bytes().await.map_err(transport)?.to_vec();
         Ok(Response {
             status,
             headers,
@@ -337,10 +353,27 @@ pub fn service_error(
     }
 }
 
-/// Maps a failed [`Response`] (see [`service_error`]).
+/// Maps a failed [`Response`] (see [`service_error`]); a throttling
+/// answer's own wait (`x-ms-retry-after-ms`, Cosmos DB's, or `Retry-After`
+/// in seconds) replaces the default, so the retry policy waits at least that.
 pub fn response_error(r: &Response, about: Subject<'_>) -> StoreError {
     let (code, message) = error_parts(r.status, r.header("x-ms-error-code"), &r.body);
-    service_error(r.status, &code, &message, about)
+    let mut e = service_error(r.status, &code, &message, about);
+    if let StoreError::ServerBusy { retry_after, .. } = &mut e {
+        let ms = r
+            .header("x-ms-retry-after-ms")
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let secs = r
+            .header("Retry-After")
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(d) = ms
+            .map(Duration::from_millis)
+            .or(secs.map(Duration::from_secs))
+        {
+            *retry_after = d;
+        }
+    }
+    e
 }
 
 #[cfg(test)]

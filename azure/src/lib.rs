@@ -24,6 +24,12 @@
 //!   result must be known for `RETURNING`; a concurrent writer in between
 //!   makes the write fail with an ETag or exists conflict (SQLSTATE 40001),
 //!   never lose an update.
+//! - Throttling answers (503, 429, 500 OperationTimedOut) and connections
+//!   that break after a request was sent are `ServerBusy`, which the
+//!   caller's retry policy retries (waiting at least the service's
+//!   `x-ms-retry-after-ms`). A write whose outcome is unknown (the broken
+//!   connection, the timeout) is first settled by reading its entities back:
+//!   an applied write is not sent again, so nothing is applied twice.
 //! - Every page is re-checked locally with [`Query::selects`]: the filter
 //!   sent may be broader than the query (untranslatable predicates, the
 //!   comparison limit), never narrower.
@@ -54,6 +60,7 @@ use base64::Engine as _;
 use reqwest::Method;
 use serde_json::Value as Json;
 use tablegate_store::ops::check_batch;
+use tablegate_store::retry::{RetryPolicy, RetryStats, with_retry};
 use tablegate_store::{
     ContinuationToken, DateTime, ETag, Entity, EntityWrite, IfMatch, OpOutcome, Operation, Page,
     PageRequest, PartitionStats, Query, RemoteStore, Result, StoreError, TableInfo, TableStats,
@@ -279,7 +286,7 @@ impl AzureStore {
         remote: &str,
         table: &str,
         op: &Operation,
-    ) -> Result<Option<String>> {
+    ) -> std::result::Result<Option<String>, Failure> {
         let (method, path, if_match, body) = Self::shape(remote, op);
         let mut req = Request::new(method, path).header("Prefer", "return-no-content");
         if let Some(m) = if_match {
@@ -288,15 +295,69 @@ impl AzureStore {
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let r = self.send(req).await?;
+        let r = self.send_write(req).await?;
         if !r.status.is_success() {
             let (pk, rk) = op.keys();
-            return Err(op_error(
-                response_error(&r, Subject::Entity { table, pk, rk }),
-                0,
+            return Err(Failure::of(
+                &r,
+                op_error(response_error(&r, Subject::Entity { table, pk, rk }), 0),
             ));
         }
         Ok(r.header("ETag").map(str::to_owned))
+    }
+
+    /// Sends a write; a broken connection after sending is
+    /// [`Failure::Unknown`], anything before it [`Failure::Known`].
+    async fn send_write(&self, req: Request) -> std::result::Result<http::Response, Failure> {
+        match self.client.send(req).await {
+            Ok(r) => Ok(r),
+            Err(e @ AzureError::Interrupted { .. }) => Err(Failure::Unknown(e.into())),
+            Err(e) => Err(Failure::Known(e.into())),
+        }
+    }
+
+    /// After a write whose outcome is unknown, reads what the service holds:
+    /// the ETags when every operation's effect is there (it was applied, and
+    /// must not be sent again: an Insert would fail as a duplicate, a
+    /// Replace on its stale ETag), `None` when not (an EGT is all or
+    /// nothing, so it is safe to send again). A concurrent writer leaving
+    /// exactly the values written is taken for this write.
+    async fn settle(
+        &self,
+        remote: &str,
+        table: &str,
+        prepared: &[(Operation, Option<Entity>, bool)],
+    ) -> Result<Option<Vec<Option<String>>>> {
+        let policy = RetryPolicy::default();
+        let mut etags = Vec::with_capacity(prepared.len());
+        for (op, wanted, _) in prepared {
+            let (pk, rk) = op.keys();
+            let mut stats = RetryStats::default();
+            let now = with_retry(&policy, &mut stats, || self.read(remote, table, pk, rk)).await?;
+            let replaced = match op {
+                Operation::Replace {
+                    if_match: IfMatch::ETag(t),
+                    ..
+                }
+                | Operation::Delete {
+                    if_match: IfMatch::ETag(t),
+                    ..
+                } => Some(t),
+                _ => None,
+            };
+            let applied = match (wanted, &now) {
+                (None, None) => true,
+                (Some(w), Some(n)) => {
+                    w.properties == n.properties && replaced.is_none_or(|t| n.etag() != *t)
+                }
+                _ => false,
+            };
+            if !applied {
+                return Ok(None);
+            }
+            etags.push(now.and_then(|e| e.etag).map(|t| t.0));
+        }
+        Ok(Some(etags))
     }
 
     async fn execute_batch(
@@ -304,7 +365,7 @@ impl AzureStore {
         remote: &str,
         table: &str,
         ops: &[Operation],
-    ) -> Result<Vec<Option<String>>> {
+    ) -> std::result::Result<Vec<Option<String>>, Failure> {
         let parts: Vec<batch::Part> = ops
             .iter()
             .map(|op| {
@@ -325,12 +386,15 @@ impl AzureStore {
         let (body, content_type) = batch::body(&parts);
         let mut req = Request::new(Method::POST, "/$batch".into());
         req.body = Some((content_type, body.into_bytes()));
-        let r = self.send(req).await?;
+        let r = self.send_write(req).await?;
         if !r.status.is_success() {
-            // The whole batch was refused (throttling, auth, a malformed body).
-            return Err(response_error(&r, Subject::Table(table)));
+            // The whole batch was refused (throttling, auth, a malformed
+            // body) or timed out in the service.
+            return Err(Failure::of(&r, response_error(&r, Subject::Table(table))));
         }
-        match batch::parse(&String::from_utf8_lossy(&r.body), ops.len())? {
+        match batch::parse(&String::from_utf8_lossy(&r.body), ops.len())
+            .map_err(|e| Failure::Known(e.into()))?
+        {
             batch::Outcome::Applied(etags) => Ok(etags),
             batch::Outcome::Failed {
                 index,
@@ -343,8 +407,30 @@ impl AzureStore {
                     .unwrap_or(reqwest::StatusCode::BAD_REQUEST);
                 let e =
                     http::service_error(status, &code, &message, Subject::Entity { table, pk, rk });
-                Err(op_error(e, index))
+                Err(Failure::Known(op_error(e, index)))
             }
+        }
+    }
+}
+
+/// Why a write request failed, by whether the service may have applied it.
+enum Failure {
+    /// It was refused, or never sent: nothing was applied.
+    Known(StoreError),
+    /// The connection broke after sending, or the service timed out
+    /// (500 OperationTimedOut: "may or may not have succeeded"): see
+    /// [`AzureStore::settle`].
+    Unknown(StoreError),
+}
+
+impl Failure {
+    /// A refusal answered with `r`.
+    fn of(r: &http::Response, e: StoreError) -> Failure {
+        let timed_out = r.status.as_u16() == 500 && matches!(e, StoreError::ServerBusy { .. });
+        if timed_out {
+            Failure::Unknown(e)
+        } else {
+            Failure::Known(e)
         }
     }
 }
@@ -557,10 +643,21 @@ impl TableStore for AzureStore {
         check_batch(&ops)?;
         let prepared = self.prepare(&remote, table, &ops).await?;
         let sent: Vec<Operation> = prepared.iter().map(|(op, _, _)| op.clone()).collect();
-        let etags = if sent.len() == 1 {
-            vec![self.execute_one(&remote, table, &sent[0]).await?]
+        let result = if sent.len() == 1 {
+            self.execute_one(&remote, table, &sent[0])
+                .await
+                .map(|etag| vec![etag])
         } else {
-            self.execute_batch(&remote, table, &sent).await?
+            self.execute_batch(&remote, table, &sent).await
+        };
+        let etags = match result {
+            Ok(etags) => etags,
+            Err(Failure::Unknown(e)) => match self.settle(&remote, table, &prepared).await? {
+                Some(etags) => etags,
+                // Not applied: the caller's retry policy sends it again.
+                None => return Err(e),
+            },
+            Err(Failure::Known(e)) => return Err(e),
         };
         Ok(prepared
             .into_iter()

@@ -231,14 +231,16 @@ impl From<&StoreError> for PgError {
             StoreError::InvalidQuery { .. } => PgError::new("22023", m),
             StoreError::InvalidContinuationToken { .. } => PgError::new("22023", m),
             StoreError::ServerBusy {
+                reason,
                 scope,
                 target_per_sec,
                 retry_after,
-                ..
             } => {
+                // Without a target it is a move or the remote service's own
+                // answer: the reason holds its words.
                 let detail = match target_per_sec {
                     Some(t) => format!("{scope} is over its target of {t} entities/s."),
-                    None => format!("{scope} is offline while it moves between partition servers."),
+                    None => format!("{reason}."),
                 };
                 PgError::new("53000", "server busy: the request was throttled and retries ran out")
                     .detail(detail)

@@ -17,6 +17,8 @@ use tablegate_store::{EntityWrite, Operation, TableStore, Value};
 
 use super::server::{TestServer, psql, psql_command};
 
+mod faults;
+
 /// The Azurite connection string, or a failure saying how to get one.
 fn azurite() -> String {
     match std::env::var("TABLEGATE_AZURITE") {
