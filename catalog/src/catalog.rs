@@ -13,13 +13,23 @@
 //! opens, their columns inferred from a sample of entities (each property's
 //! most frequent EDM type; keys as `partition_key` and `row_key`); and CREATE
 //! TABLE over an existing table attaches it with the declared columns.
+//!
+//! Several gateways may share one account: each definition is recorded with
+//! an Insert (so of two concurrent CREATEs one wins, the other is told so)
+//! and changed with a Replace guarded by the ETag it was read with (so of
+//! two concurrent ALTERs one wins); [`Catalog::refresh`], run every
+//! [`REFRESH_EVERY`] by the planner, brings in what other gateways (or other
+//! applications) created, changed and dropped.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
 use tablegate_store::{
-    EntityWrite, IfMatch, KeyBox, Operation, PageRequest, Query, StoreError, TableStore, Value,
+    ETag, EntityWrite, IfMatch, KeyBox, Operation, PageRequest, Query, StoreError, TableStore,
+    Value,
 };
 
 use crate::error::{CatalogError, Result};
@@ -32,6 +42,29 @@ pub const CATALOG_TABLE: &str = "tgsys_catalog";
 const DEFS_PARTITION: &str = "tables";
 const DEF_PROPERTY: &str = "definition";
 
+/// How often a shared catalog is re-read: the bound on how long another
+/// gateway's DDL takes to be seen here.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
+
+/// How long a table whose definition vanished is not attached again (its
+/// store table may still be listed while the dropping gateway deletes it).
+const DROPPED_QUIET: Duration = Duration::from_secs(60);
+
+/// A definition and the ETag of its stored entity.
+#[derive(Debug, Clone)]
+struct Entry {
+    def: Arc<TableDef>,
+    etag: Option<ETag>,
+}
+
+/// How a definition is recorded.
+enum Record<'a> {
+    /// A new table: fails if another gateway recorded one first.
+    New,
+    /// A change to the definition read with this ETag.
+    Change(Option<&'a ETag>),
+}
+
 /// Table definitions over a store.
 #[derive(Debug)]
 pub struct Catalog {
@@ -39,11 +72,17 @@ pub struct Catalog {
     system: Arc<dyn TableStore>,
     /// Where user tables live.
     data: Arc<dyn TableStore>,
-    tables: RwLock<BTreeMap<String, Arc<TableDef>>>,
+    tables: RwLock<BTreeMap<String, Entry>>,
     ddl: tokio::sync::Mutex<()>,
     /// Tables in `data` may belong to other applications (see the module
     /// docs): never drop one to adopt it.
     shared: bool,
+    /// Tables whose definitions another gateway deleted, and when.
+    dropped: Mutex<BTreeMap<String, Instant>>,
+    /// Store tables seen without a definition at the last refresh: attached
+    /// at the next one if still without (a gateway creating a table
+    /// records its definition right after creating it).
+    unrecorded: Mutex<Vec<String>>,
 }
 
 /// The key columns of an attached table.
@@ -72,33 +111,15 @@ impl Catalog {
             Ok(_) | Err(StoreError::TableExists { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        let mut tables = BTreeMap::new();
-        let q = Query::spans(vec![KeyBox::partition(DEFS_PARTITION)]);
-        let mut req = PageRequest::default();
-        loop {
-            let page = system.query(CATALOG_TABLE, &q, &req).await?;
-            for e in page.entities {
-                let Some(Value::String(json)) = e.properties.get(DEF_PROPERTY) else {
-                    return Err(CatalogError::Corrupt(format!(
-                        "{} has no definition",
-                        e.row_key
-                    )));
-                };
-                let def: TableDef = serde_json::from_str(json)
-                    .map_err(|err| CatalogError::Corrupt(format!("{}: {err}", e.row_key)))?;
-                tables.insert(e.row_key.clone(), Arc::new(def));
-            }
-            match page.continuation {
-                Some(t) => req = req.resume(t),
-                None => break,
-            }
-        }
+        let tables = load(&*system).await?;
         Ok(Catalog {
             system,
             data,
             tables: RwLock::new(tables),
             ddl: tokio::sync::Mutex::new(()),
             shared: false,
+            dropped: Mutex::new(BTreeMap::new()),
+            unrecorded: Mutex::new(Vec::new()),
         })
     }
 
@@ -141,12 +162,15 @@ impl Catalog {
             columns,
             &[ATTACHED_PK.to_owned(), ATTACHED_RK.to_owned()],
         )?;
-        self.record(&def).await?;
-        let def = Arc::new(def);
-        self.tables
-            .write()
-            .insert(name.to_ascii_lowercase(), def.clone());
-        Ok(def)
+        match self.record(def, Record::New).await {
+            Ok(def) => Ok(def),
+            // Another gateway attached it first: take its definition.
+            Err(CatalogError::ChangedElsewhere { .. }) => {
+                self.reload().await?;
+                self.table(name)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The store user tables live in.
@@ -159,7 +183,7 @@ impl Catalog {
         self.tables
             .read()
             .get(&name.to_ascii_lowercase())
-            .cloned()
+            .map(|e| e.def.clone())
             .ok_or_else(|| CatalogError::UnknownTable {
                 name: name.to_owned(),
             })
@@ -170,28 +194,108 @@ impl Catalog {
     /// would write to the same stores, so it is only for planning.
     pub fn what_if(&self, def: TableDef) -> Catalog {
         let mut tables = self.tables.read().clone();
-        tables.insert(def.name.to_ascii_lowercase(), Arc::new(def));
+        let def = Arc::new(def);
+        tables.insert(def.name.to_ascii_lowercase(), Entry { def, etag: None });
         Catalog {
             system: self.system.clone(),
             data: self.data.clone(),
             tables: RwLock::new(tables),
             ddl: tokio::sync::Mutex::new(()),
             shared: self.shared,
+            dropped: Mutex::new(BTreeMap::new()),
+            unrecorded: Mutex::new(Vec::new()),
         }
     }
 
     /// Every table, by name.
     pub fn tables(&self) -> Vec<Arc<TableDef>> {
-        self.tables.read().values().cloned().collect()
+        self.tables.read().values().map(|e| e.def.clone()).collect()
     }
 
-    async fn record(&self, def: &TableDef) -> Result<()> {
-        let json = serde_json::to_string(def).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
-        let op = Operation::InsertOrReplace(
-            EntityWrite::new(DEFS_PARTITION, def.name.to_ascii_lowercase())
-                .with(DEF_PROPERTY, Value::String(json)),
-        );
-        self.system.execute(CATALOG_TABLE, vec![op].into()).await?;
+    /// Stores `def` and caches it; of two gateways recording the same
+    /// table at once, one gets [`CatalogError::ChangedElsewhere`].
+    async fn record(&self, def: TableDef, how: Record<'_>) -> Result<Arc<TableDef>> {
+        let json = serde_json::to_string(&def).map_err(|e| CatalogError::Corrupt(e.to_string()))?;
+        let lower = def.name.to_ascii_lowercase();
+        let write =
+            EntityWrite::new(DEFS_PARTITION, lower.clone()).with(DEF_PROPERTY, Value::String(json));
+        let op = match how {
+            Record::New => Operation::Insert(write),
+            Record::Change(etag) => Operation::Replace {
+                entity: write,
+                if_match: etag.map_or(IfMatch::Any, |t| IfMatch::ETag(t.clone())),
+            },
+        };
+        let outcome = match self.system.execute(CATALOG_TABLE, vec![op].into()).await {
+            Ok(mut o) => o.pop(),
+            Err(e) => {
+                return Err(match e.root() {
+                    StoreError::EntityAlreadyExists { .. }
+                    | StoreError::ETagMismatch { .. }
+                    | StoreError::EntityNotFound { .. } => {
+                        CatalogError::ChangedElsewhere { name: def.name }
+                    }
+                    _ => e.into(),
+                });
+            }
+        };
+        let def = Arc::new(def);
+        let entry = Entry {
+            def: def.clone(),
+            etag: outcome.and_then(|o| o.etag()),
+        };
+        self.tables.write().insert(lower, entry);
+        Ok(def)
+    }
+
+    /// Re-reads the stored definitions: another gateway's CREATE, ALTER
+    /// and DROP become visible here. Returns the tables it dropped from
+    /// memory.
+    async fn reload(&self) -> Result<Vec<String>> {
+        let stored = load(&*self.system).await?;
+        let mut mem = self.tables.write();
+        let gone: Vec<String> = mem
+            .keys()
+            .filter(|k| !stored.contains_key(*k))
+            .cloned()
+            .collect();
+        *mem = stored;
+        Ok(gone)
+    }
+
+    /// Brings a shared catalog up to date with the account: definitions
+    /// other gateways recorded, changed or deleted, and tables other
+    /// applications created (attached). A no-op on the embedded engine,
+    /// where this process is the only writer.
+    pub async fn refresh(&self) -> Result<()> {
+        if !self.shared {
+            return Ok(());
+        }
+        let _ddl = self.ddl.lock().await;
+        let gone = self.reload().await?;
+        let now = Instant::now();
+        let quiet: Vec<String> = {
+            let mut dropped = self.dropped.lock();
+            for g in gone {
+                dropped.insert(g, now);
+            }
+            dropped.retain(|_, at| now.duration_since(*at) < DROPPED_QUIET);
+            dropped.keys().cloned().collect()
+        };
+        let seen_before = std::mem::take(&mut *self.unrecorded.lock());
+        let mut unrecorded = Vec::new();
+        for t in self.data.list_tables().await? {
+            let lower = t.name.to_ascii_lowercase();
+            if self.table(&t.name).is_ok() || quiet.contains(&lower) {
+                continue;
+            }
+            if !seen_before.contains(&lower) {
+                unrecorded.push(lower);
+            } else if let Err(e) = self.attach(&t.name).await {
+                tracing::warn!(table = %t.name, error = %e, "cannot attach table");
+            }
+        }
+        *self.unrecorded.lock() = unrecorded;
         Ok(())
     }
 
@@ -209,11 +313,19 @@ impl Catalog {
             Ok(_) => {}
             // Someone else's table: attach it with the declared columns.
             Err(StoreError::TableExists { .. }) if self.shared => {
-                self.record(&def).await?;
-                self.tables
-                    .write()
-                    .insert(def.name.to_ascii_lowercase(), Arc::new(def));
-                return Ok(Created::Created);
+                return match self.record(def, Record::New).await {
+                    Ok(_) => Ok(Created::Created),
+                    // Another gateway created and recorded it.
+                    Err(CatalogError::ChangedElsewhere { name }) => {
+                        self.reload().await?;
+                        if if_not_exists {
+                            Ok(Created::AlreadyExisted)
+                        } else {
+                            Err(CatalogError::TableExists { name })
+                        }
+                    }
+                    Err(e) => Err(e),
+                };
             }
             Err(StoreError::TableExists { .. }) => {
                 // Left over from a crash between the two steps: adopt it.
@@ -222,14 +334,20 @@ impl Catalog {
             }
             Err(e) => return Err(e.into()),
         }
-        if let Err(e) = self.record(&def).await {
-            let _ = self.data.drop_table(&def.name).await;
-            return Err(e);
+        let name = def.name.clone();
+        match self.record(def, Record::New).await {
+            Ok(_) => Ok(Created::Created),
+            // Another gateway attached the table this one just created
+            // (it saw it listed): the table stays, under its definition.
+            Err(CatalogError::ChangedElsewhere { name }) => {
+                self.reload().await?;
+                Err(CatalogError::TableExists { name })
+            }
+            Err(e) => {
+                let _ = self.data.drop_table(&name).await;
+                Err(e)
+            }
         }
-        self.tables
-            .write()
-            .insert(def.name.to_ascii_lowercase(), Arc::new(def));
-        Ok(Created::Created)
     }
 
     /// DROP TABLE [IF EXISTS]; returns whether a table was dropped.
@@ -278,12 +396,53 @@ impl Catalog {
             return Ok(false);
         }
         let new = def.with_column(column)?;
-        self.record(&new).await?;
-        self.tables
-            .write()
-            .insert(new.name.to_ascii_lowercase(), Arc::new(new));
-        Ok(true)
+        let etag = self
+            .tables
+            .read()
+            .get(&table.to_ascii_lowercase())
+            .and_then(|e| e.etag.clone());
+        match self.record(new, Record::Change(etag.as_ref())).await {
+            Ok(_) => Ok(true),
+            Err(e @ CatalogError::ChangedElsewhere { .. }) => {
+                self.reload().await?;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
+}
+
+/// Every stored definition with its ETag, by lower-case name.
+async fn load(system: &dyn TableStore) -> Result<BTreeMap<String, Entry>> {
+    let mut tables = BTreeMap::new();
+    let q = Query::spans(vec![KeyBox::partition(DEFS_PARTITION)]);
+    let mut req = PageRequest::default();
+    loop {
+        let page = system.query(CATALOG_TABLE, &q, &req).await?;
+        for e in page.entities {
+            let Some(Value::String(json)) = e.properties.get(DEF_PROPERTY) else {
+                return Err(CatalogError::Corrupt(format!(
+                    "{} has no definition",
+                    e.row_key
+                )));
+            };
+            let def: TableDef = serde_json::from_str(json)
+                .map_err(|err| CatalogError::Corrupt(format!("{}: {err}", e.row_key)))?;
+            let etag = Some(e.etag());
+            tables.insert(
+                e.row_key.clone(),
+                Entry {
+                    def: Arc::new(def),
+                    etag,
+                },
+            );
+        }
+        match page.continuation {
+            Some(t) => req = req.resume(t),
+            None => break,
+        }
+    }
+    Ok(tables)
 }
 
 /// Each property of a sample with the SQL type of its most frequent EDM

@@ -17,6 +17,13 @@ pub enum CatalogError {
         /// As written.
         name: String,
     },
+    /// Another gateway changed the table's definition (or created the
+    /// table) at the same time; the other change won.
+    #[error("relation \"{name}\" was changed by another gateway at the same time")]
+    ChangedElsewhere {
+        /// As written.
+        name: String,
+    },
     /// No such column.
     #[error("column \"{column}\" of relation \"{table}\" does not exist")]
     UnknownColumn {

@@ -20,7 +20,7 @@ pub mod keycodec;
 pub mod table;
 pub mod types;
 
-pub use catalog::{CATALOG_TABLE, Catalog, Created};
+pub use catalog::{CATALOG_TABLE, Catalog, Created, REFRESH_EVERY};
 pub use error::{CatalogError, Result};
 pub use table::{
     BUCKET_COLUMN, Column, ColumnDefault, ColumnRef, ETAG_COLUMN, HIDDEN_BUCKETS, ROWID_COLUMN,

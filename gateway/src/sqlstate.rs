@@ -295,6 +295,10 @@ impl From<&CatalogError> for PgError {
         match e {
             CatalogError::UnknownTable { .. } => PgError::new("42P01", m),
             CatalogError::TableExists { .. } => PgError::new("42P07", m),
+            CatalogError::ChangedElsewhere { .. } => PgError::new("40001", m).hint(
+                "another gateway sharing the account changed this table at the same moment; \
+                 its change won: look at the table again, then retry",
+            ),
             CatalogError::UnknownColumn { .. } => PgError::new("42703", m),
             CatalogError::DuplicateColumn { .. } => PgError::new("42701", m),
             CatalogError::UnsupportedType { hint, .. } => PgError::new("0A000", m).hint(*hint),

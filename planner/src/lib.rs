@@ -92,7 +92,7 @@ use std::sync::Arc;
 use sqlparser::ast::{self, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
-use tablegate_catalog::{Catalog, Column, Created, TableDef};
+use tablegate_catalog::{Catalog, Column, Created, REFRESH_EVERY, TableDef};
 use tablegate_store::{Backend, Value};
 
 pub use apply::WriteOutcome;
@@ -200,6 +200,20 @@ pub struct DdlOutcome {
     pub notice: Option<String>,
 }
 
+/// Re-reads a shared catalog every [`REFRESH_EVERY`] while it is in use, so
+/// DDL made through other gateways is seen within that bound.
+fn refresh_every(catalog: std::sync::Weak<Catalog>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(REFRESH_EVERY).await;
+            let Some(c) = catalog.upgrade() else { return };
+            if let Err(e) = c.refresh().await {
+                tracing::warn!(error = %e, "cannot refresh the catalog");
+            }
+        }
+    });
+}
+
 /// Catalog and store, ready to plan and run statements.
 #[derive(Debug, Clone)]
 pub struct Planner {
@@ -219,8 +233,12 @@ impl Planner {
             // A storage account also holds other applications' tables.
             Backend::Remote(_) => Catalog::open_shared(system, data).await?,
         };
+        let catalog = Arc::new(catalog);
+        if let Backend::Remote(_) = store {
+            refresh_every(Arc::downgrade(&catalog));
+        }
         Ok(Planner {
-            catalog: Arc::new(catalog),
+            catalog,
             identities: Arc::new(identity::Identities::new(store.system())),
             store,
         })
