@@ -79,6 +79,9 @@ pub struct Catalog {
     shared: bool,
     /// Tables whose definitions another gateway deleted, and when.
     dropped: Mutex<BTreeMap<String, Instant>>,
+    /// Bumped by every change of a definition in memory: statements
+    /// prepared at an older version are planned again before they run.
+    version: std::sync::atomic::AtomicU64,
     /// Store tables seen without a definition at the last refresh: attached
     /// at the next one if still without (a gateway creating a table
     /// records its definition right after creating it).
@@ -119,6 +122,7 @@ impl Catalog {
             ddl: tokio::sync::Mutex::new(()),
             shared: false,
             dropped: Mutex::new(BTreeMap::new()),
+            version: Default::default(),
             unrecorded: Mutex::new(Vec::new()),
         })
     }
@@ -203,6 +207,7 @@ impl Catalog {
             ddl: tokio::sync::Mutex::new(()),
             shared: self.shared,
             dropped: Mutex::new(BTreeMap::new()),
+            version: Default::default(),
             unrecorded: Mutex::new(Vec::new()),
         }
     }
@@ -245,7 +250,18 @@ impl Catalog {
             etag: outcome.and_then(|o| o.etag()),
         };
         self.tables.write().insert(lower, entry);
+        self.changed();
         Ok(def)
+    }
+
+    /// The definitions' version: it changes whenever a definition does.
+    pub fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
     /// Re-reads the stored definitions: another gateway's CREATE, ALTER
@@ -259,7 +275,16 @@ impl Catalog {
             .filter(|k| !stored.contains_key(*k))
             .cloned()
             .collect();
+        let same = mem.len() == stored.len()
+            && mem
+                .iter()
+                .zip(&stored)
+                .all(|((a, x), (b, y))| a == b && x.etag.is_some() && x.etag == y.etag);
         *mem = stored;
+        drop(mem);
+        if !same {
+            self.changed();
+        }
         Ok(gone)
     }
 
@@ -377,6 +402,7 @@ impl Catalog {
             )
             .await?;
         self.tables.write().remove(&lower);
+        self.changed();
         match self.data.drop_table(name).await {
             Ok(()) | Err(StoreError::TableNotFound { .. }) => Ok(true),
             Err(e) => Err(e.into()),

@@ -422,3 +422,62 @@ async fn pg_sleep_waits_and_stops_at_timeouts_and_cancels() {
     // The session goes on.
     c.simple_query("SELECT pg_sleep(0)").await.unwrap();
 }
+
+/// A statement prepared before its table changed is planned again when it
+/// runs, as PostgreSQL re-plans cached plans: it never writes with the old
+/// types or reads the old columns. A new result shape or new parameter
+/// types are refused with PostgreSQL's SQLSTATEs; the same shape runs.
+#[tokio::test]
+async fn prepared_statements_are_planned_again_after_ddl() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::serve_in(dir.path(), &[]);
+    let c = connect(&s).await;
+    c.batch_execute("CREATE TABLE pddl (pk text, rk text, v int, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    let ins = c
+        .prepare("INSERT INTO pddl VALUES ($1, $2, $3)")
+        .await
+        .unwrap();
+    let one = c
+        .prepare("SELECT v FROM pddl WHERE pk = $1 AND rk = $2")
+        .await
+        .unwrap();
+    let all = c.prepare("SELECT * FROM pddl").await.unwrap();
+    c.execute(&ins, &[&"a", &"1", &5i32]).await.unwrap();
+
+    // A new column: the INSERT and the point query keep their shapes and
+    // run; SELECT * would change its result and is refused.
+    c.batch_execute("ALTER TABLE pddl ADD COLUMN w text")
+        .await
+        .unwrap();
+    c.execute(&ins, &[&"a", &"2", &6i32]).await.unwrap();
+    let v: i32 = c.query_one(&one, &[&"a", &"2"]).await.unwrap().get(0);
+    assert_eq!(v, 6);
+    let err = c.query(&all, &[]).await.unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "0A000", "{err}");
+
+    // Dropped and made again with v boolean: the old int parameter and the
+    // old int result are refused, never written or read as int.
+    c.batch_execute(
+        "DROP TABLE pddl; CREATE TABLE pddl (pk text, rk text, v boolean, PRIMARY KEY (pk, rk))",
+    )
+    .await
+    .unwrap();
+    let err = c.execute(&ins, &[&"a", &"3", &7i32]).await.unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "42804", "{err}");
+    let err = c.query(&one, &[&"a", &"3"]).await.unwrap_err();
+    assert_eq!(err.code().unwrap().code(), "0A000", "{err}");
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM pddl", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    // Prepared again, it runs with the new types.
+    let ins = c
+        .prepare("INSERT INTO pddl VALUES ($1, $2, $3)")
+        .await
+        .unwrap();
+    c.execute(&ins, &[&"a", &"3", &true]).await.unwrap();
+}

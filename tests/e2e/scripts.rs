@@ -63,6 +63,7 @@ scripts!(
     analytics,
     errors,
     keys,
+    prepared,
     transactions,
     typed_keys,
     what_if,

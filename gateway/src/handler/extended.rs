@@ -25,7 +25,7 @@ use pgwire::messages::response::TransactionStatus;
 use tablegate_planner::Planner;
 
 use super::params::decode_param;
-use super::prepare::{Parsed, Prepared, prepare, resolve};
+use super::prepare::{Parsed, Prepared, prepare, replan, resolve};
 use super::session::too_many_prepared;
 use super::simple::settle_status;
 use super::{ConnHandler, MAX_NAMED_STATEMENTS, MAX_PREPARED_BYTES, MAX_ROWS_PER_EXECUTE, Session};
@@ -62,6 +62,7 @@ impl QueryParser for StatementParser {
         match stmts.as_slice() {
             [] => Ok(None),
             [stmt] => {
+                let version = self.planner.catalog().version();
                 let p = prepare(&self.planner, stmt, sql, true).map_err(wire_error)?;
                 let prepared = resolve(&self.planner, &self.session, p)
                     .await
@@ -69,6 +70,7 @@ impl QueryParser for StatementParser {
                 Ok(Some(Parsed {
                     prepared,
                     text: crate::statements::normalize(sql).into(),
+                    source: Some((sql.into(), version)),
                 }))
             }
             _ => Err(wire_error(PgError::syntax_error(
@@ -368,7 +370,33 @@ impl ExtendedQueryHandler for ConnHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let error = |e: PgError| Response::Error(Box::new(error_info(e)));
-        let p: &Prepared = &portal.statement.statement;
+        let mut p: &Prepared = &portal.statement.statement;
+        // Planned before a table definition changed: plan it again (once
+        // per catalog version; the session keeps the new plan).
+        let replanned;
+        let now = self.planner.catalog().version();
+        if let Some((sql, version)) = &portal.statement.statement.source
+            && *version != now
+        {
+            let cached = (self.session.lock().replanned.get(sql))
+                .filter(|(v, _)| *v == now)
+                .map(|(_, p)| p.clone());
+            replanned = match cached {
+                Some(r) => r,
+                None => match replan(&self.planner, &self.session, p, sql).await {
+                    Ok(r) => {
+                        let mut s = self.session.lock();
+                        if s.replanned.len() >= super::MAX_NAMED_STATEMENTS {
+                            s.replanned.clear();
+                        }
+                        s.replanned.insert(sql.clone(), (now, r.clone()));
+                        r
+                    }
+                    Err(e) => return Ok(error(e)),
+                },
+            };
+            p = &replanned;
+        }
         if client.transaction_status() == TransactionStatus::Error
             && !matches!(
                 p,
@@ -439,6 +467,7 @@ impl ExtendedQueryHandler for ConnHandler {
                             count: None,
                         },
                         text: format!("FETCH ALL FROM {name}").into(),
+                        source: None,
                     },
                     Vec::new(),
                 ));

@@ -399,10 +399,15 @@ impl ConnHandler {
             }
             Prepared::Fetch { name, count } => self.fetch(name, *count, &run).await?,
             Prepared::Close(name) => self.close(name.as_deref())?,
-            Prepared::PrepareSql { name, stmt, bytes } => self.prepare_sql(name, stmt, *bytes)?,
+            Prepared::PrepareSql {
+                name,
+                stmt,
+                sql,
+                version,
+            } => self.prepare_sql(name, stmt, sql, *version)?,
             Prepared::Deallocate(name) => self.deallocate(name.as_deref()),
             Prepared::ExecuteSql { .. } | Prepared::ExplainExecute { .. } => {
-                let (stmt, params) = self.execute_sql(p)?;
+                let (stmt, params) = self.execute_sql(p).await?;
                 return Box::pin(self.run_statement(client, &stmt, &params, format, guard)).await;
             }
             Prepared::CopyIn {

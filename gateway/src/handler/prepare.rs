@@ -31,6 +31,9 @@ pub struct Parsed {
     pub prepared: Prepared,
     /// The normalized text ([`crate::statements::normalize`]).
     pub text: Arc<str>,
+    /// The text as sent and the catalog version it was planned at, to plan
+    /// it again after DDL ([`replan`]); `None` for portals made here.
+    pub source: Option<(Arc<str>, u64)>,
 }
 
 impl std::ops::Deref for Parsed {
@@ -114,10 +117,13 @@ pub enum Prepared {
     PrepareSql {
         /// Its name, folded like an identifier.
         name: String,
-        /// The statement, planned once.
+        /// The statement, planned once (again after DDL, see [`replan`]).
         stmt: Box<Prepared>,
-        /// Its text's length (counted against [`super::MAX_PREPARED_BYTES`]).
-        bytes: usize,
+        /// The statement's text (its length is counted against
+        /// [`super::MAX_PREPARED_BYTES`]).
+        sql: Arc<str>,
+        /// The catalog version it was planned at.
+        version: u64,
     },
     /// EXPLAIN [ANALYZE] EXECUTE name [(constants)]: the plan of the
     /// prepared statement with these parameters (their class is decided at
@@ -482,10 +488,12 @@ pub fn prepare(
             // Parameter types come from the statement's context, as for
             // the extended protocol; declared types are not needed.
             let inner = statement.to_string();
+            let version = planner.catalog().version();
             Prepared::PrepareSql {
                 name: tablegate_planner::expr::fold(name),
                 stmt: Box::new(prepare(planner, statement, &inner, true)?),
-                bytes: inner.len(),
+                sql: inner.into(),
+                version,
             }
         }
         Statement::Execute {
@@ -654,10 +662,16 @@ pub(super) async fn resolve(
             plan: plan(sql, reason).await?,
             explain,
         },
-        Prepared::PrepareSql { name, stmt, bytes } => Prepared::PrepareSql {
+        Prepared::PrepareSql {
+            name,
+            stmt,
+            sql,
+            version,
+        } => Prepared::PrepareSql {
             name,
             stmt: Box::new(Box::pin(resolve(planner, session, *stmt)).await?),
-            bytes,
+            sql,
+            version,
         },
         Prepared::Declare {
             name,
@@ -670,4 +684,53 @@ pub(super) async fn resolve(
         },
         other => other,
     })
+}
+
+/// Plans a prepared statement's text again because a table definition
+/// changed since it was planned (PostgreSQL re-plans cached plans after DDL
+/// too): it must not run with the old columns and types. As in PostgreSQL,
+/// a new result shape is refused (0A000), and so are new parameter types.
+pub(super) async fn replan(
+    planner: &Planner,
+    session: &Session,
+    old: &Prepared,
+    sql: &str,
+) -> Result<Prepared, PgError> {
+    let stmts = Planner::parse(sql).map_err(|e| PgError::from(&e))?;
+    let [stmt] = stmts.as_slice() else {
+        return Err(PgError::internal("a prepared statement is one statement"));
+    };
+    let new = resolve(planner, session, prepare(planner, stmt, sql, true)?).await?;
+    if new.param_types() != old.param_types() {
+        return Err(PgError::new(
+            "42804",
+            "a table this prepared statement uses was changed, and its parameters would now \
+             have other types",
+        )
+        .hint("prepare the statement again"));
+    }
+    if row_shape(&new) != row_shape(old) {
+        return Err(
+            PgError::feature_not_supported("cached plan must not change result type")
+                .hint("a table this prepared statement reads was changed; prepare it again"),
+        );
+    }
+    Ok(new)
+}
+
+/// The result columns' names and types.
+fn row_shape(p: &Prepared) -> Vec<(String, pgwire::api::Type)> {
+    let fields = match p {
+        Prepared::Select(s) => Arc::unwrap_or_clone(s.fields(None)),
+        Prepared::Write(w) => fields(&w.returning, None),
+        Prepared::Engine {
+            plan,
+            explain: None,
+        } => crate::encode::arrow_fields(&plan.schema, None),
+        _ => return Vec::new(),
+    };
+    fields
+        .iter()
+        .map(|f| (f.name().to_owned(), f.datatype().clone()))
+        .collect()
 }

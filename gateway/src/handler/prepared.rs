@@ -10,8 +10,8 @@ use tablegate_planner::ExplainPlan;
 use tablegate_store::Value;
 
 use super::params::constant_param;
-use super::prepare::Prepared;
-use super::session::too_many_prepared;
+use super::prepare::{Prepared, replan};
+use super::session::{Named, too_many_prepared};
 use super::{ConnHandler, MAX_NAMED_STATEMENTS, MAX_PREPARED_BYTES};
 use crate::sqlstate::PgError;
 
@@ -21,7 +21,8 @@ impl ConnHandler {
         &self,
         name: &str,
         stmt: &Prepared,
-        bytes: usize,
+        sql: &Arc<str>,
+        version: u64,
     ) -> Result<Response, PgError> {
         let named = &mut self.session.lock().named;
         if named.contains_key(name) {
@@ -29,11 +30,16 @@ impl ConnHandler {
                 "prepared statement \"{name}\" already exists"
             )));
         }
-        let held: usize = named.values().map(|(_, b)| b).sum();
-        if named.len() >= MAX_NAMED_STATEMENTS || held + bytes > MAX_PREPARED_BYTES {
+        let held: usize = named.values().map(|n| n.sql.len()).sum();
+        if named.len() >= MAX_NAMED_STATEMENTS || held + sql.len() > MAX_PREPARED_BYTES {
             return Err(too_many_prepared("DEALLOCATE statements no longer needed"));
         }
-        named.insert(name.to_owned(), (stmt.clone(), bytes));
+        let named_stmt = Named {
+            stmt: stmt.clone(),
+            sql: sql.clone(),
+            version,
+        };
+        named.insert(name.to_owned(), named_stmt);
         Ok(Response::Execution(Tag::new("PREPARE")))
     }
 
@@ -55,19 +61,19 @@ impl ConnHandler {
 
     /// What EXECUTE or EXPLAIN EXECUTE runs: the prepared statement (or
     /// its EXPLAIN) and its parameters.
-    pub(super) fn execute_sql(
+    pub(super) async fn execute_sql(
         &self,
         p: &Prepared,
     ) -> Result<(Prepared, Vec<Option<Value>>), PgError> {
         match p {
-            Prepared::ExecuteSql { name, args } => self.named_call(name, args),
+            Prepared::ExecuteSql { name, args } => self.named_call(name, args).await,
             Prepared::ExplainExecute {
                 name,
                 args,
                 analyze,
                 json,
             } => {
-                let (stmt, params) = self.named_call(name, args)?;
+                let (stmt, params) = self.named_call(name, args).await?;
                 let explain = match stmt {
                     Prepared::Select(select) => Prepared::Explain(Arc::new(ExplainPlan {
                         analyze: *analyze,
@@ -96,24 +102,35 @@ impl ConnHandler {
         }
     }
 
-    /// A SQL-level prepared statement and its EXECUTE parameters, typed by
-    /// the statement.
-    fn named_call(
+    /// A SQL-level prepared statement (planned again if a table definition
+    /// changed since) and its EXECUTE parameters, typed by the statement.
+    async fn named_call(
         &self,
         name: &str,
         args: &[ast::Expr],
     ) -> Result<(Prepared, Vec<Option<Value>>), PgError> {
-        let stmt = self
+        let named = self
             .session
             .lock()
             .named
             .get(name)
-            .map(|(p, _)| p.clone())
+            .cloned()
             .ok_or_else(|| {
                 PgError::invalid_sql_statement_name(format!(
                     "prepared statement \"{name}\" does not exist"
                 ))
             })?;
+        let version = self.planner.catalog().version();
+        let stmt = if named.version == version {
+            named.stmt
+        } else {
+            let stmt = replan(&self.planner, &self.session, &named.stmt, &named.sql).await?;
+            if let Some(n) = self.session.lock().named.get_mut(name) {
+                n.stmt = stmt.clone();
+                n.version = version;
+            }
+            stmt
+        };
         let types = stmt.param_types();
         if args.len() != types.len() {
             return Err(PgError::syntax_error(format!(

@@ -58,12 +58,15 @@ pub(super) struct State {
     pub restored: bool,
     /// Open cursors, by name.
     pub cursors: HashMap<String, Cursor>,
-    /// Statements of SQL-level PREPARE, by name, with their text lengths.
-    pub named: HashMap<String, (Prepared, usize)>,
+    /// Statements of SQL-level PREPARE, by name.
+    pub named: HashMap<String, Named>,
     /// Names and text lengths of the protocol-level prepared statements
     /// (counted against [`MAX_NAMED_STATEMENTS`] and
     /// [`MAX_PREPARED_BYTES`]).
     pub parsed: HashMap<String, usize>,
+    /// Protocol-level statements planned again after DDL, by their text,
+    /// with the catalog version (pgwire keeps the statement as parsed).
+    pub replanned: HashMap<Arc<str>, (u64, Prepared)>,
 }
 
 /// The session's analytics engine, created on first use, and the pool it
@@ -148,4 +151,16 @@ pub(super) fn too_many_prepared(hint: &str) -> PgError {
         ),
     )
     .hint(hint)
+}
+
+/// A SQL-level prepared statement.
+#[derive(Debug, Clone)]
+pub struct Named {
+    /// What runs.
+    pub stmt: Prepared,
+    /// Its text (planned again after DDL; its length is counted against
+    /// [`super::MAX_PREPARED_BYTES`]).
+    pub sql: Arc<str>,
+    /// The catalog version `stmt` was planned at.
+    pub version: u64,
 }
