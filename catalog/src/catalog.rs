@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -81,7 +81,7 @@ pub struct Catalog {
     dropped: Mutex<BTreeMap<String, Instant>>,
     /// Bumped by every change of a definition in memory: statements
     /// prepared at an older version are planned again before they run.
-    version: std::sync::atomic::AtomicU64,
+    version: AtomicU64,
     /// Store tables seen without a definition at the last refresh: attached
     /// at the next one if still without (a gateway creating a table
     /// records its definition right after creating it).
@@ -256,12 +256,11 @@ impl Catalog {
 
     /// The definitions' version: it changes whenever a definition does.
     pub fn version(&self) -> u64 {
-        self.version.load(std::sync::atomic::Ordering::Acquire)
+        self.version.load(Ordering::Acquire)
     }
 
     fn changed(&self) {
-        self.version
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.version.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Re-reads the stored definitions: another gateway's CREATE, ALTER

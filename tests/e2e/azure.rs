@@ -75,12 +75,16 @@ struct Azure {
 }
 
 fn serve() -> Azure {
-    let conn = azurite();
+    serve_on(&azurite())
+}
+
+/// [`serve`] with another connection string (the fault proxy's).
+fn serve_on(conn: &str) -> Azure {
     let dir = tempfile::tempdir().unwrap();
     let _start = starts();
     let s = TestServer::serve_in(
         dir.path(),
-        &["--backend", "azure", "--azure-connection-string", &conn],
+        &["--backend", "azure", "--azure-connection-string", conn],
     );
     Azure { s, _dir: dir }
 }
@@ -115,7 +119,11 @@ impl Drop for DropTable {
 /// A server on Azurite and a new table `prefix…` of `columns` (dropped
 /// when the test ends, before the server stops).
 fn serve_with_table(prefix: &str, columns: &str) -> (Azure, String, DropTable) {
-    let a = serve();
+    with_table(serve(), prefix, columns)
+}
+
+/// `a` and a new table `prefix…` of `columns` made through it.
+fn with_table(a: Azure, prefix: &str, columns: &str) -> (Azure, String, DropTable) {
     let t = unique(prefix);
     let drop = DropTable::new(&a.s, &t);
     let (_, err, ok) = psql(&a.s, &[&format!("CREATE TABLE {t} ({columns})")]);

@@ -11,8 +11,8 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::super::server::{TestServer, psql};
-use super::{Azure, DropTable, azurite, plan, rows, starts, table_endpoint, unique};
+use super::super::server::psql;
+use super::{Azure, DropTable, azurite, plan, rows, serve_on, table_endpoint, with_table};
 
 /// What the proxy does to a request a rule matches.
 #[derive(Debug, Clone, Copy)]
@@ -211,19 +211,7 @@ fn serve_through_proxy(prefix: &str, columns: &str) -> (Proxy, Azure, String, Dr
         "UseDevelopmentStorage=true;TableEndpoint=http://127.0.0.1:{}/{account}",
         proxy.port
     );
-    let dir = tempfile::tempdir().unwrap();
-    let s = {
-        let _start = starts();
-        TestServer::serve_in(
-            dir.path(),
-            &["--backend", "azure", "--azure-connection-string", &conn],
-        )
-    };
-    let a = Azure { s, _dir: dir };
-    let t = unique(prefix);
-    let drop = DropTable::new(&a.s, &t);
-    let (_, err, ok) = psql(&a.s, &[&format!("CREATE TABLE {t} ({columns})")]);
-    assert!(ok, "{err}");
+    let (a, t, drop) = with_table(serve_on(&conn), prefix, columns);
     (proxy, a, t, drop)
 }
 
@@ -252,6 +240,13 @@ fn retries(plan: &[String]) -> (u32, u64) {
 }
 
 const ENTITY: &str = "PartitionKey='a',RowKey='r1'";
+
+/// The service's "may or may not have succeeded" answer.
+const TIMED_OUT: Fault = Fault::Status {
+    status: 500,
+    code: "OperationTimedOut",
+    retry_after_ms: None,
+};
 
 /// Throttling answers are retried, counted by EXPLAIN ANALYZE, and the
 /// service's own wait is honoured; a slow answer is waited for; when the
@@ -296,12 +291,7 @@ fn azure_throttling_is_retried_counted_and_reported() {
     assert_eq!(rows(s, &point), ["1"]);
 
     proxy.reset();
-    let timeout = Fault::Status {
-        status: 500,
-        code: "OperationTimedOut",
-        retry_after_ms: None,
-    };
-    proxy.fail("GET", ENTITY, timeout, 100);
+    proxy.fail("GET", ENTITY, TIMED_OUT, 100);
     let (_, err, ok) = psql(
         s,
         &[
@@ -379,13 +369,8 @@ fn azure_interrupted_writes_are_applied_exactly_once() {
     let (out, err, ok) = psql(s, &[&bump]);
     assert!(ok && out.contains("UPDATE 1"), "{out}{err}");
     assert_eq!(proxy.seen("PUT", "RowKey='r001'").len(), 1);
-    let timeout = Fault::Status {
-        status: 500,
-        code: "OperationTimedOut",
-        retry_after_ms: None,
-    };
     proxy.reset();
-    proxy.fail("PUT", "RowKey='r001'", timeout, 1);
+    proxy.fail("PUT", "RowKey='r001'", TIMED_OUT, 1);
     let (out, err, ok) = psql(s, &[&bump]);
     assert!(ok && out.contains("UPDATE 1"), "{out}{err}");
     assert_eq!(proxy.seen("PUT", "RowKey='r001'").len(), 2);
