@@ -62,9 +62,9 @@ use serde_json::Value as Json;
 use tablegate_store::ops::check_batch;
 use tablegate_store::retry::{RetryPolicy, RetryStats, with_retry};
 use tablegate_store::{
-    ContinuationToken, DateTime, ETag, Entity, EntityWrite, IfMatch, OpOutcome, Operation, Page,
-    PageRequest, PartitionStats, Query, RemoteStore, Result, StoreError, TableInfo, TableStats,
-    TableStore, Written,
+    ContinuationToken, DateTime, ETag, Entity, EntityWrite, IfMatch, KeyBox, OpOutcome, Operation,
+    Page, PageRequest, PartitionStats, Query, RemoteStore, Result, StoreError, TableInfo,
+    TableStats, TableStore, Written,
 };
 
 pub use conn::Account;
@@ -571,11 +571,34 @@ impl TableStore for AzureStore {
                 ),
             });
         }
+        // The token resumes the query it was issued for; a page asked to
+        // stop early sends that query clipped below its stop (the service's
+        // continuation is a position, valid under any filter).
+        let fingerprint = query.fingerprint(table);
+        let clipped;
+        let query = match &page.stop_at_partition {
+            Some(stop) => {
+                clipped = Query {
+                    spans: query
+                        .spans
+                        .iter()
+                        .map(|b| KeyBox {
+                            pk: b.pk.clip("", Some(stop)),
+                            rk: b.rk.clone(),
+                        })
+                        .collect(),
+                    ..query.clone()
+                };
+                &clipped
+            }
+            None => query,
+        };
         let empty = Page {
             entities: Vec::new(),
             encoded: Default::default(),
             scanned: 0,
             continuation: None,
+            next_partition_key: None,
         };
         if query
             .spans
@@ -584,7 +607,6 @@ impl TableStore for AzureStore {
         {
             return Ok(empty);
         }
-        let fingerprint = query.fingerprint(table);
         let o = odata::translate(query);
         let mut req = Request::new(Method::GET, format!("/{remote}()"))
             .param("$top", page.max_entities.to_string());
@@ -635,6 +657,8 @@ impl TableStore for AzureStore {
             encoded: Default::default(),
             scanned,
             continuation,
+            // The service's NextPartitionKey is its own encoding, not the key.
+            next_partition_key: None,
         })
     }
 

@@ -49,6 +49,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tablegate.page_size", "1000"),
     ("tablegate.retry_policy", "exponential"),
     ("tablegate.retry_max", "5"),
+    ("tablegate.scan_parallelism", "4"),
 ];
 
 /// Settings PostgreSQL reports but does not let a session change.
@@ -182,6 +183,10 @@ impl Settings {
                 p @ ("none" | "fixed" | "exponential") => p.to_owned(),
                 _ => return Err(bad("none, fixed or exponential")),
             },
+            "tablegate.scan_parallelism" => match value.parse::<usize>() {
+                Ok(n) if (1..=64).contains(&n) => n.to_string(),
+                _ => return Err(bad("an integer from 1 to 64 (scan segments read at once)")),
+            },
             "tablegate.retry_max" => match value.parse::<u32>() {
                 Ok(n) if n <= 20 => n.to_string(),
                 _ => return Err(bad("an integer from 0 to 20")),
@@ -300,7 +305,7 @@ fn exec_options(settings: &BTreeMap<String, String>) -> ExecOptions {
     ExecOptions {
         page_size: get("tablegate.page_size").parse().unwrap_or(1000),
         retry,
-        parallelism: 4,
+        parallelism: get("tablegate.scan_parallelism").parse().unwrap_or(4),
         allow_full_scan: get("tablegate.allow_full_scan") != "off",
         overlay: None,
     }
@@ -324,6 +329,9 @@ mod tests {
         s.set("tablegate.allow_full_scan", "off").unwrap();
         assert!(!s.exec_options().allow_full_scan);
         assert!(s.set("tablegate.page_size", "1001").is_err());
+        assert!(s.set("tablegate.scan_parallelism", "0").is_err());
+        s.set("tablegate.scan_parallelism", "16").unwrap();
+        assert_eq!(s.exec_options().parallelism, 16);
         s.set("tablegate.retry_policy", "none").unwrap();
         assert_eq!(s.exec_options().retry, RetryPolicy::None);
         s.reset("tablegate.allow_full_scan").unwrap();

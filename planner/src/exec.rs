@@ -89,6 +89,10 @@ pub struct Actuals {
     pub backoff: Duration,
     /// Wall time.
     pub elapsed: Duration,
+    /// Segments the scan was cut into.
+    pub segments: usize,
+    /// Requests spent finding a remote table's PartitionKey boundaries.
+    pub probes: u64,
     /// Property values read as NULL because another writer stored them
     /// with a different EDM type than the column's (remote tables only).
     pub type_mismatches: u64,
@@ -407,6 +411,8 @@ impl Task {
                 a.servers = s.servers.clone();
                 a.retries = s.retry.retries;
                 a.backoff = s.retry.backoff;
+                a.segments = s.segments;
+                a.probes = s.probes;
             }
             if !page.encoded.is_empty() {
                 if !self.emit_encoded(&page.encoded, &mut window).await? {

@@ -92,6 +92,16 @@ pub fn estimate(store: &Backend, b: &BoundSelect, page_size: usize) -> Result<Es
     if let Some(name) = store.remote_description() {
         let mut backend = vec![name];
         backend.extend(store.explain_query(table, &query));
+        if matches!(
+            access.class,
+            AccessClass::PartitionRange | AccessClass::FullScan
+        ) {
+            backend.push(
+                "Past its first page, cut at PartitionKey boundaries probed from the table into \
+                 segments read in parallel (tablegate.scan_parallelism at a time), in key order"
+                    .to_owned(),
+            );
+        }
         return Ok(Estimate {
             unknown: true,
             backend,
@@ -404,6 +414,12 @@ pub fn render_text(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
             fmt_duration(x.backoff),
             fmt_duration(x.elapsed)
         ));
+        if x.probes > 0 {
+            l.push(format!(
+                "  Actual: {} segments read in parallel, cut at PartitionKey boundaries found with {} probes",
+                x.segments, x.probes
+            ));
+        }
         if x.type_mismatches > 0 {
             l.push(format!(
                 "  Actual: {} property values read as NULL (stored with another type than the column's)",
@@ -476,6 +492,10 @@ pub fn render_json(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
         v["Actual Throttled Retries"] = json!(x.retries);
         v["Actual Backoff Seconds"] = json!(x.backoff.as_secs_f64());
         v["Actual Elapsed Seconds"] = json!(x.elapsed.as_secs_f64());
+        if x.probes > 0 {
+            v["Actual Segments"] = json!(x.segments);
+            v["Actual Boundary Probes"] = json!(x.probes);
+        }
         if x.type_mismatches > 0 {
             v["Actual Type Mismatches"] = json!(x.type_mismatches);
         }

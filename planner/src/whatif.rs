@@ -19,7 +19,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use tablegate_catalog::TableDef;
-use tablegate_store::partition::scan::{ScanOptions, sequential};
+use tablegate_store::partition::scan::{ScanOptions, remote};
 use tablegate_store::{Backend, Entity, EntityWrite, KeyInterval, Query};
 
 use crate::error::{PlanError, Result};
@@ -45,7 +45,7 @@ pub struct Sample {
 /// `cap` entities: reservoir sampling with a fixed seed, so the same data
 /// gives the same plan.
 pub async fn sample(store: &Backend, table: &str, cap: usize) -> Result<Sample> {
-    let mut scan = sequential(
+    let mut scan = remote(
         store.system(),
         table,
         Query::full_scan(),

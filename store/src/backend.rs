@@ -7,9 +7,10 @@
 //! and says plainly what the other cannot:
 //!
 //! - scans: the embedded layer fans a scan out over its partition servers
-//!   ([`PartitionedStore::scan`]); a remote scan follows the service's
-//!   continuation tokens page by page in one task (the service does not say
-//!   where its range partitions are, so there is nothing to fan out over);
+//!   ([`PartitionedStore::scan`]); the service does not say where its range
+//!   partitions are, so a remote scan past its first page is cut at
+//!   PartitionKey boundaries probed from the table
+//!   ([`crate::partition::scan::remote`]);
 //! - estimates: the embedded engine counts what a scan would read; a remote
 //!   service keeps no statistics a client can read, so estimates are
 //!   *unknown* (`None`) and EXPLAIN says so;
@@ -92,7 +93,7 @@ impl Backend {
     pub fn scan(&self, table: &str, query: &Query, opts: ScanOptions) -> Result<ScanStream> {
         match self {
             Backend::Embedded(p) => p.scan(table, query, opts),
-            Backend::Remote(r) => Ok(crate::partition::scan::sequential(
+            Backend::Remote(r) => Ok(crate::partition::scan::remote(
                 r.clone(),
                 table,
                 query.clone(),

@@ -563,6 +563,11 @@ impl EncodedEntities {
         range.map(|i| self.get(i))
     }
 
+    /// Keeps the first `n` entities.
+    pub fn truncate(&mut self, n: usize) {
+        self.entries.truncate(n);
+    }
+
     /// Every entity, in order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = EncodedEntity<'_>> {
         self.slice(0..self.len())

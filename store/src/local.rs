@@ -901,6 +901,7 @@ impl Inner {
             encoded: EncodedEntities::default(),
             scanned: 0,
             continuation: None,
+            next_partition_key: None,
         };
         let token = |resume: Resume| Some(ContinuationToken::encode(fingerprint, &resume));
         let ranges = query.byte_ranges(t.id);
@@ -984,6 +985,7 @@ impl Inner {
                 if ended {
                     if more || ri + 1 < ranges.len() || clipped {
                         let (pk, rk) = codec::split_entity_key(&last)?;
+                        page.next_partition_key = Some(pk.to_owned());
                         page.continuation = token(Resume {
                             partition_key: pk.to_owned(),
                             row_key: rk.to_owned(),
@@ -994,6 +996,7 @@ impl Inner {
                 }
             }
             if clipped {
+                page.next_partition_key = req.stop_at_partition.clone();
                 page.continuation = token(Resume {
                     partition_key: req.stop_at_partition.clone().unwrap_or_default(),
                     row_key: String::new(),

@@ -415,6 +415,9 @@ pub struct Page {
     pub scanned: u64,
     /// Present when the query has more to read.
     pub continuation: Option<ContinuationToken>,
+    /// The PartitionKey the continuation resumes at, when the store says:
+    /// a scan segment that continues a read stops once it passes its end.
+    pub next_partition_key: Option<String>,
 }
 
 impl Page {

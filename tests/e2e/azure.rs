@@ -19,6 +19,7 @@ use super::server::{TestServer, psql, psql_command};
 
 mod faults;
 mod fleet;
+mod parallel;
 
 /// The Azurite connection string, or a failure saying how to get one.
 fn azurite() -> String {
@@ -458,8 +459,13 @@ fn azure_cursor_pages_5000_rows() {
     assert!(out.contains("COMMIT"), "{out}");
     assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
 
-    // The scan follows the service's continuation tokens (1,000 a page).
-    let p = plan(s, "EXPLAIN ANALYZE", &format!("SELECT pk, rk FROM {t}"));
+    // Read page by page, the scan follows the service's continuation
+    // tokens (1,000 a page); in parallel, it is cut into segments.
+    let p = plan(
+        s,
+        "SET tablegate.scan_parallelism = 1; EXPLAIN ANALYZE",
+        &format!("SELECT pk, rk FROM {t}"),
+    );
     assert!(
         line(&p, "Class: ").starts_with("Class: full-scan ("),
         "{p:?}"
@@ -473,6 +479,17 @@ fn azure_cursor_pages_5000_rows() {
         actual.starts_with("Actual: entities scanned 5000, returned 5000, pages 5,")
             && actual.contains("continuation tokens followed 4"),
         "{actual}"
+    );
+    let p = plan(s, "EXPLAIN ANALYZE", &format!("SELECT pk, rk FROM {t}"));
+    let actual = line(&p, "Actual: entities scanned");
+    assert!(
+        actual.starts_with("Actual: entities scanned 5000, returned 5000,"),
+        "{actual}"
+    );
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("Actual: ") && l.contains("segments read in parallel")),
+        "{p:?}"
     );
 
     let (_, err, ok) = psql(s, &[&format!("DROP TABLE {t}")]);

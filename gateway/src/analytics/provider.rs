@@ -479,6 +479,8 @@ impl StoreScanExec {
             sum.backoff += a.backoff;
             sum.servers.extend(a.servers.iter().copied());
             sum.elapsed = sum.elapsed.max(a.elapsed);
+            sum.segments += a.segments;
+            sum.probes += a.probes;
         }
         sum
     }

@@ -23,6 +23,7 @@
 
 pub(crate) mod load;
 pub(crate) mod map;
+pub mod sample;
 pub mod scan;
 pub mod throttle;
 
@@ -377,6 +378,7 @@ impl PartitionedStore {
                 encoded: Default::default(),
                 scanned: 0,
                 continuation: None,
+                next_partition_key: None,
             });
         };
         let route = self.shared.route(table, &start)?;

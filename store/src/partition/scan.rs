@@ -21,8 +21,8 @@ use super::PartitionedStore;
 use super::map::TableMap;
 use crate::api::TableStore;
 use crate::driven::Driven;
-use crate::error::Result;
-use crate::query::{KeyBox, Page, PageRequest, Query};
+use crate::error::{Result, StoreError};
+use crate::query::{ContinuationToken, KeyBox, Page, PageRequest, Query};
 use crate::retry::{RetryPolicy, RetryStats, with_retry};
 
 /// Most partition counts [`PartitionedStore::split_by_counts`] reads.
@@ -73,8 +73,11 @@ pub struct Segment {
     pub lo: String,
     /// Exclusive upper bound (`None` = end of table).
     pub hi: Option<String>,
-    /// The query's spans clipped to `[lo, hi)`.
+    /// The query's spans clipped to `[lo, hi)`; for a segment that
+    /// continues a read, the whole scan's query, ended at `hi`.
     pub query: Query,
+    /// Where a segment that continues a read resumes.
+    pub resume: Option<ContinuationToken>,
 }
 
 /// What a scan did, for EXPLAIN ANALYZE.
@@ -94,6 +97,8 @@ pub struct ScanStats {
     pub retry: RetryStats,
     /// Segments the scan was cut into.
     pub segments: usize,
+    /// Requests spent finding a remote table's PartitionKey boundaries.
+    pub probes: u64,
     /// Wall time until the last page arrived.
     pub elapsed: Duration,
 }
@@ -211,10 +216,13 @@ impl PartitionedStore {
             ..Default::default()
         }));
         let (out_tx, out_rx) = mpsc::channel::<Result<Page>>(2);
-        let stream = |rx| ScanStream {
-            rx,
-            stats: stats.clone(),
-            started: Instant::now(),
+        let stream = {
+            let stats = stats.clone();
+            move |rx| ScanStream {
+                rx,
+                stats,
+                started: Instant::now(),
+            }
         };
         // One segment (every row-range scan, and any scan of one server's
         // run): the reader's task runs it (see `Driven`). The spawner and
@@ -224,55 +232,94 @@ impl PartitionedStore {
             let seg = segments.into_iter().next().expect("one segment");
             let (store, table, st) = (self.clone(), table.to_owned(), stats.clone());
             return Ok(stream(Driven::new(out_rx, async move {
-                scan_segment(&store, &table, seg, &opts, &st, &out_tx).await;
+                scan_segment(&store, &table, seg, &opts, &st, &out_tx, None).await;
             })));
         }
-        let (seg_tx, mut seg_rx) = mpsc::unbounded_channel::<mpsc::Receiver<Result<Page>>>();
-        let permits = Arc::new(Semaphore::new(opts.parallelism.max(1)));
-
-        // Spawner: starts segment tasks in key order as permits free up.
-        let store = self.clone();
+        let store: Arc<dyn TableStore> = Arc::new(self.clone());
         let table = table.to_owned();
-        let closed = out_tx.clone();
-        let st = stats.clone();
-        tokio::spawn(async move {
-            for seg in segments {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    return;
-                };
-                if closed.is_closed() {
-                    return;
-                }
-                let (tx, rx) = mpsc::channel(2);
-                if seg_tx.send(rx).is_err() {
-                    return;
-                }
-                let (store, table, opts, st) =
-                    (store.clone(), table.clone(), opts.clone(), st.clone());
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    scan_segment(&store, &table, seg, &opts, &st, &tx).await;
-                });
-            }
-        });
-        // Forwarder: drains segments in key order into the output.
-        tokio::spawn(async move {
-            while let Some(mut rx) = seg_rx.recv().await {
-                while let Some(page) = rx.recv().await {
-                    if out_tx.send(page).await.is_err() {
-                        return;
-                    }
-                }
-            }
+        spawn_sending(out_tx.clone(), async move {
+            run_segments(store, &table, segments, &opts, &stats, out_tx).await;
         });
         Ok(stream(Driven::spawned(out_rx)))
     }
 }
 
-/// A scan that follows continuation tokens page by page in one task: for a
-/// remote service, whose range partitions are its own business (one segment,
-/// "server 0").
-pub fn sequential(
+/// Spawns `work`, which sends pages into `tx`: should it panic, the reader
+/// gets an error where its pages would have been, not a scan that looks
+/// complete.
+fn spawn_sending(
+    tx: mpsc::Sender<Result<Page>>,
+    work: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let task = tokio::spawn(work);
+    tokio::spawn(async move {
+        if let Err(e) = task.await
+            && e.is_panic()
+        {
+            let _ = tx
+                .send(Err(StoreError::Engine(format!("a scan task failed: {e}"))))
+                .await;
+        }
+    });
+}
+
+/// Reads `segments` in key order into `out`: each segment's pages from a
+/// task of its own, at most `opts.parallelism` at once, started in key
+/// order as permits free up, each buffering at most two pages ahead.
+async fn run_segments(
+    store: Arc<dyn TableStore>,
+    table: &str,
+    segments: Vec<Segment>,
+    opts: &ScanOptions,
+    stats: &Arc<Mutex<ScanStats>>,
+    out: mpsc::Sender<Result<Page>>,
+) {
+    let (seg_tx, mut seg_rx) = mpsc::unbounded_channel::<mpsc::Receiver<Result<Page>>>();
+    let permits = Arc::new(Semaphore::new(opts.parallelism.max(1)));
+    // Spawner: starts segment tasks in key order as permits free up.
+    let closed = out.clone();
+    let (table, opts, st) = (table.to_owned(), opts.clone(), stats.clone());
+    tokio::spawn(async move {
+        for seg in segments {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            if closed.is_closed() {
+                return;
+            }
+            let (tx, rx) = mpsc::channel(2);
+            if seg_tx.send(rx).is_err() {
+                return;
+            }
+            let (store, table, opts, st) = (store.clone(), table.clone(), opts.clone(), st.clone());
+            spawn_sending(tx.clone(), async move {
+                let _permit = permit;
+                scan_segment(store.as_ref(), &table, seg, &opts, &st, &tx, None).await;
+            });
+        }
+    });
+    // Forwarder: drains segments in key order into the output.
+    while let Some(mut rx) = seg_rx.recv().await {
+        while let Some(page) = rx.recv().await {
+            if out.send(page).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Segments a remote scan is cut into per permit: more than the permits,
+/// since sampled boundaries cut equal widths of key space, not equal counts.
+const REMOTE_SEGMENTS_PER_PERMIT: usize = 4;
+
+/// A scan of a remote service, whose range partitions are its own
+/// business: the first page is one request; when the service says there is
+/// more, the rest is cut at PartitionKey boundaries probed from the table
+/// ([`super::sample`]) into segments read in parallel, still delivered in
+/// key order. The first segment continues the first page's read up to the
+/// first boundary. Scans with a pushed LIMIT, or allowed one task, go on
+/// page by page.
+pub fn remote(
     store: Arc<dyn TableStore>,
     table: &str,
     query: Query,
@@ -283,17 +330,78 @@ pub fn sequential(
         ..Default::default()
     }));
     let (tx, rx) = mpsc::channel::<Result<Page>>(2);
-    let seg = Segment {
-        server: 0,
-        lo: String::new(),
-        hi: None,
-        query,
-    };
     let (table, st) = (table.to_owned(), stats.clone());
     // A task of its own: it fetches the next page over the network while
     // the reader works through this one.
-    tokio::spawn(async move {
-        scan_segment(store.as_ref(), &table, seg, &opts, &st, &tx).await;
+    spawn_sending(tx.clone(), async move {
+        let whole = Segment {
+            server: 0,
+            lo: String::new(),
+            hi: None,
+            query,
+            resume: None,
+        };
+        if opts.parallelism <= 1 || opts.limit.is_some() {
+            scan_segment(store.as_ref(), &table, whole, &opts, &st, &tx, None).await;
+            return;
+        }
+        let Some((resume, last)) = scan_segment(
+            store.as_ref(),
+            &table,
+            whole.clone(),
+            &opts,
+            &st,
+            &tx,
+            Some(1),
+        )
+        .await
+        else {
+            return;
+        };
+        let (after, hi) = remaining(&whole.query, last.as_deref());
+        let sample = super::sample::boundaries(
+            store.clone(),
+            &table,
+            &after,
+            hi.as_deref(),
+            opts.parallelism * REMOTE_SEGMENTS_PER_PERMIT - 1,
+            opts.parallelism * 2,
+            &opts.retry,
+        )
+        .await;
+        let boundaries = match sample {
+            Ok(s) => {
+                st.lock().probes += s.probes;
+                s.boundaries
+            }
+            Err(e) => {
+                tracing::debug!(table, error = %e, "sampling PartitionKey boundaries failed; scanning on in one task");
+                Vec::new()
+            }
+        };
+        let mut segments = vec![Segment {
+            hi: boundaries.first().cloned(),
+            resume: Some(resume),
+            ..whole.clone()
+        }];
+        for (i, lo) in boundaries.iter().enumerate() {
+            let hi = boundaries.get(i + 1).map(String::as_str);
+            let spans = clip(&whole.query.spans, lo, hi);
+            if !spans.is_empty() {
+                segments.push(Segment {
+                    server: 0,
+                    lo: lo.clone(),
+                    hi: hi.map(str::to_owned),
+                    query: Query {
+                        spans,
+                        ..whole.query.clone()
+                    },
+                    resume: None,
+                });
+            }
+        }
+        st.lock().segments = segments.len();
+        run_segments(store, &table, segments, &opts, &st, tx).await;
     });
     ScanStream {
         rx: Driven::spawned(rx),
@@ -302,6 +410,32 @@ pub fn sequential(
     }
 }
 
+/// Where the rest of a scan lies after its first page: after the last key
+/// read (or the spans' start), up to the spans' end (`None`: unbounded).
+fn remaining(query: &Query, last: Option<&str>) -> (String, Option<String>) {
+    let start = query
+        .spans
+        .iter()
+        .map(|b| bound_key(&b.pk.lo).unwrap_or(""))
+        .min()
+        .unwrap_or("");
+    let end = if query.spans.iter().any(|b| b.pk.hi == Bound::Unbounded) {
+        None
+    } else {
+        query
+            .spans
+            .iter()
+            .filter_map(|b| bound_key(&b.pk.hi))
+            .max()
+            .map(|h| format!("{h}\0"))
+    };
+    (last.unwrap_or(start).max(start).to_owned(), end)
+}
+
+/// Reads one segment page by page, following continuation tokens, into
+/// `tx`. With `pages`, stops after that many pages and returns where the
+/// read would go on and the last PartitionKey it returned (`None` when the
+/// segment is complete, or the reader left).
 async fn scan_segment(
     store: &dyn TableStore,
     table: &str,
@@ -309,31 +443,51 @@ async fn scan_segment(
     opts: &ScanOptions,
     stats: &Mutex<ScanStats>,
     tx: &mpsc::Sender<Result<Page>>,
-) {
+    pages: Option<u64>,
+) -> Option<(ContinuationToken, Option<String>)> {
+    // A segment continuing a read runs the whole scan's query: it ends at
+    // `hi`, which the store clips the page at.
+    let end = seg.resume.as_ref().and(seg.hi.clone());
     let mut req = PageRequest {
         encoded: opts.encoded,
+        continuation: seg.resume.clone(),
+        stop_at_partition: end.clone(),
         ..PageRequest::first(opts.page_size)
     };
     // Counted per segment: a later segment's rows must not stop an earlier
     // one, whose rows come first in key order.
     let mut returned = 0u64;
+    let mut read = 0u64;
+    let mut last_key = None;
     loop {
         if opts.limit.is_some_and(|l| returned >= l) {
-            return;
+            return None;
         }
         let mut retry = RetryStats::default();
         let page = with_retry(&opts.retry, &mut retry, || {
             store.query(table, &seg.query, &req)
         })
         .await;
-        let page = match page {
+        let mut page = match page {
             Ok(p) => p,
             Err(e) => {
                 let _ = tx.send(Err(e)).await;
-                return;
+                return None;
             }
         };
-        let next = page.continuation.clone();
+        let mut next = page.continuation.take();
+        if let Some(end) = &end {
+            // Whatever a store returned past the end belongs to the next
+            // segment; a continuation past it is the next segment's too.
+            page.entities.retain(|e| e.partition_key < *end);
+            let keep = (0..page.encoded.len())
+                .take_while(|&i| page.encoded.get(i).partition_key() < end.as_str())
+                .count();
+            page.encoded.truncate(keep);
+            if page.next_partition_key.as_ref().is_some_and(|k| k >= end) {
+                next = None;
+            }
+        }
         {
             let mut s = stats.lock();
             s.pages += 1;
@@ -347,12 +501,24 @@ async fn scan_segment(
             }
         }
         returned += page.len() as u64;
+        read += 1;
+        if let Some(e) = page.entities.last() {
+            last_key = Some(e.partition_key.clone());
+        } else if !page.encoded.is_empty() {
+            last_key = Some(
+                page.encoded
+                    .get(page.encoded.len() - 1)
+                    .partition_key()
+                    .to_owned(),
+            );
+        }
         if tx.send(Ok(page)).await.is_err() {
-            return;
+            return None;
         }
         match next {
+            Some(t) if pages.is_some_and(|p| read >= p) => return Some((t, last_key)),
             Some(t) => req = req.resume(t),
-            None => return,
+            None => return None,
         }
     }
 }
@@ -381,6 +547,7 @@ fn cut(map: &TableMap, query: &Query) -> Vec<Segment> {
                     filter: query.filter.clone(),
                     projection: query.projection.clone(),
                 },
+                resume: None,
             });
         }
         i = j;

@@ -6,3 +6,4 @@ mod crash;
 mod limits;
 mod model;
 mod partition;
+mod remote_scan;

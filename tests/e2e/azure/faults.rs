@@ -16,7 +16,7 @@ use super::{Azure, DropTable, azurite, plan, rows, serve_on, table_endpoint, wit
 
 /// What the proxy does to a request a rule matches.
 #[derive(Debug, Clone, Copy)]
-enum Fault {
+pub(super) enum Fault {
     /// Answers with this status and error code (and the service's wait).
     Status {
         status: u16,
@@ -43,7 +43,7 @@ struct Rule {
 
 /// One request the proxy saw, and whether it reached Azurite.
 #[derive(Debug, Clone)]
-struct Seen {
+pub(super) struct Seen {
     method: String,
     path: String,
     forwarded: bool,
@@ -57,7 +57,7 @@ struct State {
 
 /// The proxy: one thread accepting, one per connection, one request per
 /// connection (every answer says `Connection: close`).
-struct Proxy {
+pub(super) struct Proxy {
     port: u16,
     state: Arc<Mutex<State>>,
 }
@@ -80,7 +80,7 @@ impl Proxy {
         Proxy { port, state }
     }
 
-    fn fail(&self, method: &'static str, path: &str, fault: Fault, times: usize) {
+    pub(super) fn fail(&self, method: &'static str, path: &str, fault: Fault, times: usize) {
         self.state.lock().unwrap().rules.push(Rule {
             method,
             path: path.to_owned(),
@@ -96,7 +96,7 @@ impl Proxy {
 
     /// The requests seen since the last reset with `method` and a path
     /// holding `path`.
-    fn seen(&self, method: &str, path: &str) -> Vec<Seen> {
+    pub(super) fn seen(&self, method: &str, path: &str) -> Vec<Seen> {
         let state = self.state.lock().unwrap();
         state
             .seen
@@ -201,7 +201,10 @@ fn forward(upstream: &str, head: &[String], body: &[u8]) -> std::io::Result<Vec<
 }
 
 /// A server on Azurite through a new proxy, with a new table of `columns`.
-fn serve_through_proxy(prefix: &str, columns: &str) -> (Proxy, Azure, String, DropTable) {
+pub(super) fn serve_through_proxy(
+    prefix: &str,
+    columns: &str,
+) -> (Proxy, Azure, String, DropTable) {
     let conn = azurite();
     let endpoint = table_endpoint(&conn);
     let rest = endpoint.strip_prefix("http://").expect("Azurite over http");
