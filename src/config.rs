@@ -56,6 +56,10 @@ pub struct Azure {
     /// TableEndpoint=...`, a `SharedAccessSignature=...` one, or
     /// `UseDevelopmentStorage=true` for Azurite).
     pub connection_string: Option<String>,
+    /// Which service answers: `storage` (Azure Table Storage, Azurite),
+    /// `cosmos` (the Cosmos DB Table API), or `auto` from the endpoint's
+    /// host (`*.table.cosmos.azure.com` is Cosmos DB) [default: auto].
+    pub service: Option<String>,
 }
 
 impl Default for Settings {
@@ -263,6 +267,10 @@ pub struct ServeArgs {
     /// (`UseDevelopmentStorage=true` for Azurite).
     #[arg(long, env = "AZURE_STORAGE_CONNECTION_STRING", hide_env_values = true)]
     pub azure_connection_string: Option<String>,
+    /// Which service the Azure connection string reaches: auto (from the
+    /// endpoint's host), storage or cosmos [default: auto].
+    #[arg(long, env = "TABLEGATE_AZURE_SERVICE", value_parser = ["auto", "storage", "cosmos"])]
+    pub azure_service: Option<String>,
     /// Data directory (created if missing) [default: tablegate-data].
     #[arg(long, env = "TABLEGATE_DATA")]
     pub data: Option<PathBuf>,
@@ -368,6 +376,9 @@ impl ServeArgs {
             };
         }
         over!(self.backend => s.backend);
+        if self.azure_service.is_some() {
+            s.azure.service = self.azure_service.clone();
+        }
         if self.azure_connection_string.is_some() {
             s.azure.connection_string = self.azure_connection_string.clone();
         }
@@ -421,6 +432,13 @@ impl Settings {
             other => {
                 return Err(format!("backend must be embedded or azure, not {other:?}"));
             }
+        }
+        if let Some(svc) = &self.azure.service
+            && !matches!(svc.as_str(), "auto" | "storage" | "cosmos")
+        {
+            return Err(format!(
+                "azure.service must be auto, storage or cosmos, not {svc:?}"
+            ));
         }
         if !matches!(self.auth.mode.as_str(), "trust" | "scram") {
             return Err(format!(

@@ -26,7 +26,12 @@ pub async fn open(settings: &Settings) -> Result<Planner, String> {
             .connection_string
             .as_deref()
             .ok_or("backend azure needs a connection string")?;
-        let store = tablegate_azure::AzureStore::connect(conn)
+        let service = match settings.azure.service.as_deref() {
+            Some("storage") => Some(tablegate_azure::Service::Storage),
+            Some("cosmos") => Some(tablegate_azure::Service::Cosmos),
+            _ => None,
+        };
+        let store = tablegate_azure::AzureStore::connect(conn, service)
             .await
             .map_err(|e| format!("cannot reach the Azure Table service: {e}"))?;
         return Planner::open(Backend::Remote(Arc::new(store)))

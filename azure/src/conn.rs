@@ -42,6 +42,8 @@ impl std::fmt::Debug for Credential {
 /// A storage account's table endpoint and credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Account {
+    /// Which service answers at the endpoint.
+    pub service: Service,
     /// Account name (signs requests).
     pub name: String,
     /// Table endpoint without a trailing `/`, e.g.
@@ -50,6 +52,45 @@ pub struct Account {
     pub endpoint: String,
     /// How requests are authorized.
     pub credential: Credential,
+}
+
+/// The two services that speak the Table protocol. They differ where a
+/// client notices (see `docs/deploy.md`): Cosmos DB returns query results
+/// unsorted, throttles with 429, answers no `Timestamp` filter, and holds
+/// RowKeys of at most 255 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// Azure Table Storage (and Azurite).
+    Storage,
+    /// The Azure Cosmos DB Table API.
+    Cosmos,
+}
+
+impl Service {
+    /// The service an endpoint's host names (Cosmos DB's are
+    /// `*.table.cosmos.azure.com`, formerly `*.table.cosmosdb.azure.com`).
+    pub fn of(endpoint: &str) -> Service {
+        let host = endpoint
+            .split_once("://")
+            .map_or(endpoint, |(_, r)| r)
+            .split(['/', ':'])
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if host.ends_with(".cosmos.azure.com") || host.ends_with(".cosmosdb.azure.com") {
+            Service::Cosmos
+        } else {
+            Service::Storage
+        }
+    }
+
+    /// What EXPLAIN calls it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Storage => "Azure Table Storage",
+            Service::Cosmos => "Cosmos DB Table API",
+        }
+    }
 }
 
 impl Account {
@@ -75,6 +116,7 @@ impl Account {
                 None => format!("{host}:10002/{DEV_ACCOUNT}"),
             };
             return Ok(Account {
+                service: Service::of(&endpoint),
                 name: DEV_ACCOUNT.to_owned(),
                 endpoint,
                 credential: Credential::SharedKey(decode_key(DEV_KEY)?),
@@ -118,6 +160,7 @@ impl Account {
             None => return Err(bad("AccountKey needs AccountName".into())),
         };
         Ok(Account {
+            service: Service::of(&endpoint),
             name,
             endpoint,
             credential,

@@ -62,12 +62,12 @@ use serde_json::Value as Json;
 use tablegate_store::ops::check_batch;
 use tablegate_store::retry::{RetryPolicy, RetryStats, with_retry};
 use tablegate_store::{
-    ContinuationToken, DateTime, ETag, Entity, EntityWrite, IfMatch, KeyBox, OpOutcome, Operation,
-    Page, PageRequest, PartitionStats, Query, RemoteStore, Result, StoreError, TableInfo,
-    TableStats, TableStore, Written,
+    ContinuationToken, DateTime, ETag, Entity, EntityWrite, IfMatch, KeyBox, KeyOrder, OpOutcome,
+    Operation, Page, PageRequest, PartitionStats, Query, RemoteStore, Result, StoreError,
+    TableInfo, TableStats, TableStore, Written,
 };
 
-pub use conn::Account;
+pub use conn::{Account, Service};
 pub use error::AzureError;
 
 use http::{Client, Request, Subject, entity_path, response_error};
@@ -88,8 +88,15 @@ pub struct AzureStore {
 impl AzureStore {
     /// Connects with a connection string and checks that the account
     /// answers and accepts the credential (one table listing).
-    pub async fn connect(conn: &str) -> std::result::Result<AzureStore, StoreError> {
-        let account = Account::parse(conn)?;
+    /// `service` overrides the one the endpoint's host names.
+    pub async fn connect(
+        conn: &str,
+        service: Option<Service>,
+    ) -> std::result::Result<AzureStore, StoreError> {
+        let mut account = Account::parse(conn)?;
+        if let Some(s) = service {
+            account.service = s;
+        }
         let store = AzureStore {
             client: Arc::new(Client::new(account)?),
             system: false,
@@ -607,7 +614,7 @@ impl TableStore for AzureStore {
         {
             return Ok(empty);
         }
-        let o = odata::translate(query);
+        let o = odata::translate(query, self.client.account.service);
         let mut req = Request::new(Method::GET, format!("/{remote}()"))
             .param("$top", page.max_entities.to_string());
         if let Some(f) = &o.filter {
@@ -723,10 +730,15 @@ impl TableStore for AzureStore {
 
 impl RemoteStore for AzureStore {
     fn describe(&self) -> String {
-        format!(
-            "Azure Table Storage (account {}, {})",
-            self.client.account.name, self.client.account.endpoint
-        )
+        let a = &self.client.account;
+        format!("{} (account {}, {})", a.service.name(), a.name, a.endpoint)
+    }
+
+    fn key_order(&self) -> KeyOrder {
+        match self.client.account.service {
+            Service::Storage => KeyOrder::Utf16,
+            Service::Cosmos => KeyOrder::Unordered,
+        }
     }
 
     fn system(&self) -> Arc<dyn TableStore> {
@@ -737,7 +749,7 @@ impl RemoteStore for AzureStore {
     }
 
     fn explain_query(&self, _table: &str, query: &Query) -> Vec<String> {
-        let o = odata::translate(query);
+        let o = odata::translate(query, self.client.account.service);
         let mut l = vec![match &o.filter {
             Some(f) => format!("OData $filter: {f} ({} comparisons)", o.comparisons),
             None => "OData $filter: none (every entity of the table)".to_owned(),

@@ -52,6 +52,8 @@ use std::fmt::Write as _;
 use std::ops::Bound;
 
 use tablegate_store::entity::guid_text;
+
+use crate::conn::Service;
 use tablegate_store::{CmpOp, DateTime, Field, Filter, KeyBox, KeyInterval, Query, Value};
 
 /// The most comparisons the service accepts in one $filter.
@@ -88,8 +90,8 @@ pub enum Coverage {
 /// Translates a query. `query.spans` is never empty here (the caller
 /// short-circuits empty queries); if every box is empty anyway, the filter
 /// asks for nothing (`PartitionKey lt ''`).
-pub fn translate(query: &Query) -> ODataQuery {
-    let plan = plan(query);
+pub fn translate(query: &Query, service: Service) -> ODataQuery {
+    let plan = plan(query, service);
     ODataQuery {
         filter: plan.filter.as_ref().map(OExpr::text),
         comparisons: plan.filter.as_ref().map_or(0, OExpr::comparisons),
@@ -337,13 +339,21 @@ fn exact(e: Option<OExpr>) -> Tr {
     }
 }
 
-fn translate_filter(f: &Filter) -> Tr {
+fn translate_filter(f: &Filter, service: Service) -> Tr {
+    // Cosmos DB answers no condition on Timestamp (an empty result, no
+    // error): finished locally there.
+    if let Filter::Compare { field, .. } | Filter::In { field, .. } | Filter::Like { field, .. } = f
+        && service == Service::Cosmos
+        && *field == Field::Timestamp
+    {
+        return DROPPED;
+    }
     match f {
         Filter::True => Tr::True { exact: true },
         Filter::False => Tr::False,
-        Filter::And(fs) => conjunction(fs.iter().map(translate_filter)),
-        Filter::Or(fs) => disjunction(fs.iter().map(translate_filter)),
-        Filter::Not(inner) => match translate_filter(inner) {
+        Filter::And(fs) => conjunction(fs.iter().map(|f| translate_filter(f, service))),
+        Filter::Or(fs) => disjunction(fs.iter().map(|f| translate_filter(f, service))),
+        Filter::Not(inner) => match translate_filter(inner, service) {
             Tr::True { exact: true } => Tr::False,
             Tr::False => Tr::True { exact: true },
             Tr::Expr { expr, exact: true } => Tr::Expr {
@@ -559,7 +569,7 @@ struct Plan {
     coverage: Coverage,
 }
 
-fn plan(query: &Query) -> Plan {
+fn plan(query: &Query, service: Service) -> Plan {
     let mut boxes: Vec<&KeyBox> = Vec::new();
     for b in &query.spans {
         if !b.pk.is_empty() && !b.rk.is_empty() && !boxes.contains(&b) {
@@ -573,7 +583,7 @@ fn plan(query: &Query) -> Plan {
     if boxes.is_empty() {
         return nothing;
     }
-    let (residual, exact) = match query.filter.as_ref().map(translate_filter) {
+    let (residual, exact) = match query.filter.as_ref().map(|f| translate_filter(f, service)) {
         None => (None, true),
         Some(Tr::False) => return nothing,
         Some(Tr::True { exact }) => (None, exact),
@@ -950,8 +960,8 @@ mod tests {
     /// Translates, checks the text parses back to the tree, and returns the
     /// result.
     fn tr(q: &Query) -> ODataQuery {
-        let o = translate(q);
-        let tree = plan(q).filter;
+        let o = translate(q, Service::Storage);
+        let tree = plan(q, Service::Storage).filter;
         assert_eq!(o.filter.as_deref().map(Parser::parse), tree, "{o:?}");
         assert!(o.comparisons <= MAX_COMPARISONS, "{o:?}");
         o
@@ -1185,7 +1195,7 @@ mod tests {
             properties: BTreeMap::from([("n".to_owned(), v)]),
         };
         let q = partition("p").with_filter(cmp(p("n"), CmpOp::Ge, Value::Int64(2)));
-        let tree = plan(&q).filter.unwrap();
+        let tree = plan(&q, Service::Storage).filter.unwrap();
         assert!(eval(&tree, &e(Value::Int64(2))));
         assert!(!eval(&tree, &e(Value::Int32(2))));
         assert!(q.selects(&e(Value::Int32(2))));
@@ -1628,6 +1638,26 @@ mod tests {
     // ---- $select ----
 
     #[test]
+    fn cosmos_gets_no_timestamp_condition() {
+        let t = DateTime(1_700_000_000_000_000);
+        let q = Query {
+            filter: Some(Filter::And(vec![
+                cmp(Field::Timestamp, CmpOp::Gt, Value::DateTime(t)),
+                cmp(Field::prop("n"), CmpOp::Eq, Value::Int32(1)),
+            ])),
+            ..Query::full_scan()
+        };
+        let storage = translate(&q, Service::Storage);
+        let f = storage.filter.unwrap();
+        assert!(f.starts_with("Timestamp ge datetime'"), "{f}");
+        // Cosmos DB answers a Timestamp condition with no rows: it is
+        // finished locally.
+        let cosmos = translate(&q, Service::Cosmos);
+        assert_eq!(cosmos.filter.as_deref(), Some("n eq 1"));
+        assert_eq!(cosmos.coverage, Coverage::ResidualLocal);
+    }
+
+    #[test]
     fn select_lists_keys_projection_and_filtered_properties() {
         let f = Filter::And(vec![
             cmp(p("c"), CmpOp::Eq, s("x")),
@@ -1915,7 +1945,7 @@ mod tests {
 
     /// `agrees` for a filter and each of its sub-filters.
     fn agrees_throughout(f: &Filter, e: &Entity) -> Result<(), String> {
-        agrees(f, &translate_filter(f), e)?;
+        agrees(f, &translate_filter(f, Service::Storage), e)?;
         match f {
             Filter::And(fs) | Filter::Or(fs) => fs.iter().try_for_each(|c| agrees_throughout(c, e)),
             Filter::Not(c) => agrees_throughout(c, e),
@@ -1935,9 +1965,9 @@ mod tests {
         /// promise (exact or broader).
         #[test]
         fn never_narrower(q in query(), es in prop::collection::vec(entity(), 40)) {
-            let o = translate(&q);
+            let o = translate(&q, Service::Storage);
             let tree = o.filter.as_deref().map(Parser::parse);
-            prop_assert_eq!(&tree, &plan(&q).filter);
+            prop_assert_eq!(&tree, &plan(&q, Service::Storage).filter);
             prop_assert!(o.comparisons <= MAX_COMPARISONS);
             prop_assert_eq!(o.comparisons, tree.as_ref().map_or(0, OExpr::comparisons));
             for e in &es {

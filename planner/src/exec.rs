@@ -30,8 +30,8 @@ use tablegate_store::driven::Driven;
 use tablegate_store::partition::scan::ScanOptions;
 use tablegate_store::retry::{RetryStats, with_retry};
 use tablegate_store::{
-    Backend, EncodedEntities, EncodedEntity, Entity, Query, RawProperty, RetryPolicy, TableStore,
-    Value, ValueRef,
+    Backend, EncodedEntities, EncodedEntity, Entity, KeyOrder, Query, RawProperty, RetryPolicy,
+    TableStore, Value, ValueRef,
 };
 use tokio::sync::mpsc;
 
@@ -371,7 +371,18 @@ impl Task {
             .unwrap_or_default();
         let hidden = overlay.map_or(0, |o| o.rows.len() as u64);
         let query = store_query(&self.b);
-        let parallelism = if access.class == AccessClass::RowRange {
+        // Ordered by the key, over a store that returns another order:
+        // Cosmos DB's (none) is sorted whole; Azure Table Storage's (UTF-16)
+        // streams while every key is below U+D800, where both orders agree,
+        // and sorts the rest from the first key that is not (the rows before
+        // it come first in both orders).
+        let order = self.store.key_order();
+        let sorting = self.b.plan.ordered && order != KeyOrder::CodePoint;
+        let mut sorted: Option<Vec<Entity>> =
+            (sorting && order == KeyOrder::Unordered).then(Vec::new);
+        let parallelism = if access.class == AccessClass::RowRange
+            || (sorting && sorted.is_none() && self.b.limit.is_some())
+        {
             1
         } else {
             self.opts.parallelism
@@ -379,6 +390,7 @@ impl Task {
         // LIMIT is pushed into the store: a page counts returned entities,
         // so no page needs more than LIMIT + OFFSET of them.
         let page_size = match self.b.limit {
+            Some(_) if sorted.is_some() => self.opts.page_size,
             Some(l) => {
                 (l.saturating_add(self.b.offset)).clamp(1, self.opts.page_size as u64) as usize
             }
@@ -389,9 +401,11 @@ impl Task {
             &query,
             ScanOptions {
                 page_size,
+                // A sort needs every row: the LIMIT applies after it.
                 limit: self
                     .b
                     .limit
+                    .filter(|_| !sorting)
                     .map(|l| l.saturating_add(self.b.offset).saturating_add(hidden)),
                 parallelism,
                 retry: self.opts.retry.clone(),
@@ -448,11 +462,35 @@ impl Task {
                     merged
                 }
             };
+            let rows = match &mut sorted {
+                Some(buffer) => {
+                    buffer.extend(rows);
+                    continue;
+                }
+                None if sorting => {
+                    let mut rows = rows;
+                    if let Some(i) = rows.iter().position(|e| !below_surrogates(e)) {
+                        sorted = Some(rows.split_off(i));
+                    }
+                    rows
+                }
+                None => rows,
+            };
             if !self.emit(&rows, &mut window).await? {
                 return Ok(());
             }
         }
         let rest: Vec<Entity> = extras.into_iter().collect();
+        if let Some(mut buffer) = sorted {
+            buffer.extend(rest);
+            buffer.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
+            for chunk in buffer.chunks(self.opts.page_size.max(1)) {
+                if !self.emit(chunk, &mut window).await? {
+                    return Ok(());
+                }
+            }
+            return Ok(());
+        }
         self.emit(&rest, &mut window).await?;
         Ok(())
     }
@@ -524,6 +562,13 @@ fn type_mismatches(columns: &[OutputColumn], rows: &[Entity]) -> u64 {
             .count() as u64;
     }
     n
+}
+
+/// Both keys hold only characters below U+D800, where UTF-16 order and
+/// code-point order agree.
+fn below_surrogates(e: &Entity) -> bool {
+    let plain = |s: &str| s.chars().all(|c| (c as u32) < 0xD800);
+    plain(&e.partition_key) && plain(&e.row_key)
 }
 
 fn key(e: &Entity) -> (&str, &str) {

@@ -51,6 +51,10 @@ pub struct SelectPlan {
     pub param_types: Vec<SqlType>,
     /// Native or engine.
     pub route: Route,
+    /// Its ORDER BY is the clustered-key order, so no sort was planned:
+    /// the rows must come in code-point key order (a store that returns
+    /// another order is sorted after).
+    pub ordered: bool,
     /// The Arrow schema of the result, made on first use and kept with
     /// the plan: a prepared statement executed again does not rebuild it
     /// (a point lookup rebuilt its fields and names every time).
@@ -293,6 +297,7 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Routed
     }
 
     // ORDER BY: only what clustered-key order already gives.
+    let mut ordered = false;
     if let Some(order) = &q.order_by {
         match &order.kind {
             ast::OrderByKind::Expressions(exprs) => {
@@ -340,6 +345,7 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Routed
                         cols.as_slice(),
                         [Role::RowKey] | [Role::RowKey, Role::PartitionKey]
                     ));
+                ordered = ok && key_order;
                 if !ok || !key_order {
                     reasons.push(
                         "ORDER BY other than the key columns ascending (needs a sort)".into(),
@@ -398,6 +404,7 @@ pub fn plan_query(catalog: &Catalog, q: &ast::Query, sql: &str) -> Result<Routed
         offset,
         param_types,
         route,
+        ordered,
         schema: ResultSchema::default(),
     }))
 }

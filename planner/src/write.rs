@@ -218,6 +218,7 @@ fn scan_plan(
         offset: Count::All,
         param_types: Vec::new(),
         route: Route::Native,
+        ordered: false,
         schema: Default::default(),
     })
 }
@@ -699,6 +700,7 @@ pub fn plan_copy_out(
         offset: Count::All,
         param_types: Vec::new(),
         route: Route::Native,
+        ordered: false,
         schema: Default::default(),
     })
 }

@@ -37,8 +37,24 @@ use crate::partition::PartitionedStore;
 use crate::partition::scan::{ScanOptions, ScanStream};
 use crate::query::{Page, PageRequest, Query};
 
+/// The order a store returns a query's entities in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyOrder {
+    /// PartitionKey, then RowKey, by code point (what SQL's text order
+    /// gives under the C collation): the embedded engine.
+    CodePoint,
+    /// By UTF-16 code units (Azure Table Storage): the same as code points
+    /// unless a key holds characters at or above U+D800, where astral
+    /// characters sort before U+E000..U+FFFF.
+    Utf16,
+    /// No order (the Cosmos DB Table API).
+    Unordered,
+}
+
 /// A table service reached over the network.
 pub trait RemoteStore: TableStore {
+    /// The order its query results come in.
+    fn key_order(&self) -> KeyOrder;
     /// What EXPLAIN shows for the backend (e.g. `Azure Table Storage (account x)`).
     fn describe(&self) -> String;
     /// The store for tablegate's own system tables (catalog, users): the same
@@ -65,6 +81,14 @@ impl From<PartitionedStore> for Backend {
 }
 
 impl Backend {
+    /// The order scans return entities in.
+    pub fn key_order(&self) -> KeyOrder {
+        match self {
+            Backend::Embedded(_) => KeyOrder::CodePoint,
+            Backend::Remote(r) => r.key_order(),
+        }
+    }
+
     /// The embedded partition layer, when that is the backend.
     pub fn partitioned(&self) -> Option<&PartitionedStore> {
         match self {

@@ -55,7 +55,7 @@ pub mod retry;
 pub use api::{
     PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore, write_on_this_thread,
 };
-pub use backend::{Backend, RemoteStore};
+pub use backend::{Backend, KeyOrder, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use codec::{EncodedEntities, EncodedEntity, RawProperty, ValueRef, stored_len};
 pub use engine::Durability;

@@ -17,6 +17,7 @@ use tablegate_store::{EntityWrite, Operation, TableStore, Value};
 
 use super::server::{TestServer, psql, psql_command};
 
+mod cosmos;
 mod faults;
 mod fleet;
 mod parallel;
@@ -76,17 +77,17 @@ struct Azure {
 }
 
 fn serve() -> Azure {
-    serve_on(&azurite())
+    serve_on(&azurite(), &[])
 }
 
-/// [`serve`] with another connection string (the fault proxy's).
-fn serve_on(conn: &str) -> Azure {
+/// [`serve`] with another connection string (the fault proxy's) and more
+/// arguments.
+fn serve_on(conn: &str, args: &[&str]) -> Azure {
     let dir = tempfile::tempdir().unwrap();
     let _start = starts();
-    let s = TestServer::serve_in(
-        dir.path(),
-        &["--backend", "azure", "--azure-connection-string", conn],
-    );
+    let mut all = vec!["--backend", "azure", "--azure-connection-string", conn];
+    all.extend(args);
+    let s = TestServer::serve_in(dir.path(), &all);
     Azure { s, _dir: dir }
 }
 
@@ -335,7 +336,7 @@ fn azure_psql_tour() {
         ["e1|2|<null>"]
     );
     let e = runtime().block_on(async {
-        let store = AzureStore::connect(&azurite()).await.unwrap();
+        let store = AzureStore::connect(&azurite(), None).await.unwrap();
         store.get(&t, "east", "e1").await.unwrap().unwrap()
     });
     assert!(!e.properties.contains_key("label"), "{e:?}");
@@ -567,7 +568,7 @@ fn azure_attach_existing_table() {
     let store = {
         let _start = starts();
         runtime().block_on(async {
-            let store = AzureStore::connect(&conn).await.unwrap();
+            let store = AzureStore::connect(&conn, None).await.unwrap();
             store.create_table(&t).await.unwrap();
             store
                 .execute(
@@ -942,5 +943,36 @@ fn azure_key_ranges_select_by_code_point() {
             &format!("SELECT rk FROM {t} WHERE pk = 'p' AND rk LIKE 'a\u{FFFD}%'")
         )),
         ["a\u{FFFD}"]
+    );
+
+    // ORDER BY the keys gives code-point order, as on the embedded engine
+    // (the service returns UTF-16 order: 😀 before U+E000 and U+FFFD), with
+    // a LIMIT too, in a partition and across partitions.
+    let all = cp(&|_| true);
+    assert_eq!(
+        rows(
+            s,
+            &format!("SELECT rk FROM {t} WHERE pk = 'p' ORDER BY pk, rk")
+        ),
+        all
+    );
+    assert_eq!(
+        rows(
+            s,
+            &format!("SELECT rk FROM {t} WHERE pk = 'p' ORDER BY rk LIMIT 3")
+        ),
+        all[..3]
+    );
+    let pks = rows(
+        s,
+        &format!("SELECT pk FROM {t} WHERE pk <> 'p' ORDER BY pk"),
+    );
+    assert_eq!(pks, all);
+    assert_eq!(
+        rows(
+            s,
+            &format!("SELECT pk FROM {t} WHERE pk <> 'p' ORDER BY pk LIMIT 2 OFFSET 2")
+        ),
+        all[2..4]
     );
 }

@@ -35,7 +35,7 @@ pub fn endpoint() -> String {
 /// A connected store.
 pub async fn store() -> AzureStore {
     let conn = conn_str();
-    AzureStore::connect(&conn)
+    AzureStore::connect(&conn, None)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to Azurite ({ENV}={conn:?}): {e}"))
 }

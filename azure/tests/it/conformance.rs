@@ -835,7 +835,8 @@ async fn filters_on_typed_constants(s: &dyn TableStore, t: &str) {
         assert_eq!(want, 1, "the filter is meant to hold: {q:?}");
         let got = scan(s, t, &q, 1000).await.len();
         if got != want {
-            let sent = tablegate_azure::odata::translate(&q).filter;
+            let sent =
+                tablegate_azure::odata::translate(&q, tablegate_azure::Service::Storage).filter;
             missed.push(format!("{:?}: sent as {sent:?}", q.filter.unwrap()));
         }
     }

@@ -531,7 +531,10 @@ async fn run_case(steps: Vec<Step>, queries: Vec<(Query, usize)>) {
 }
 
 fn odata(q: &Query) -> String {
-    format!("{:?}", tablegate_azure::odata::translate(q))
+    format!(
+        "{:?}",
+        tablegate_azure::odata::translate(q, tablegate_azure::Service::Storage)
+    )
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {

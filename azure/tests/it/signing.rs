@@ -115,7 +115,7 @@ async fn azurite_refuses_a_wrong_key() {
     let endpoint = crate::azurite::endpoint();
     // The right key in the explicit form is accepted ...
     let right = format!("AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};TableEndpoint={endpoint}");
-    let s = AzureStore::connect(&right)
+    let s = AzureStore::connect(&right, None)
         .await
         .unwrap_or_else(|e| panic!("the development key is refused: {e}"));
     s.list_tables().await.unwrap();
@@ -125,7 +125,7 @@ async fn azurite_refuses_a_wrong_key() {
         "AccountName={DEV_ACCOUNT};AccountKey={};TableEndpoint={endpoint}",
         wrong_key()
     );
-    let err = AzureStore::connect(&wrong)
+    let err = AzureStore::connect(&wrong, None)
         .await
         .expect_err("a wrong key must be refused");
     assert!(

@@ -318,6 +318,7 @@ impl TableProvider for StoreTable {
             offset: Count::All,
             param_types: Vec::new(),
             route: Route::Native,
+            ordered: false,
             schema: Default::default(),
         });
         let bound = plan

@@ -53,6 +53,8 @@ pub(super) struct Seen {
 struct State {
     rules: Vec<Rule>,
     seen: Vec<Seen>,
+    /// Answers as the Cosmos DB Table API does ([`Proxy::imitate_cosmos`]).
+    cosmos: bool,
 }
 
 /// The proxy: one thread accepting, one per connection, one request per
@@ -87,6 +89,13 @@ impl Proxy {
             fault,
             times,
         });
+    }
+
+    /// From now on, answers queries as the Cosmos DB Table API does where
+    /// it differs from Azure Table Storage: entities of a page in no key
+    /// order (here: reversed), and no entity for a `$filter` on Timestamp.
+    pub(super) fn imitate_cosmos(&self) {
+        self.state.lock().unwrap().cosmos = true;
     }
 
     /// Forgets the rules left and the requests seen.
@@ -150,6 +159,22 @@ fn handle(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> std::i
         fault,
         Some(Fault::Status { .. } | Fault::CloseBeforeForward)
     );
+    let cosmos = state.lock().unwrap().cosmos && method == "GET";
+    let filter = path
+        .split_once('?')
+        .map_or("", |(_, q)| q)
+        .split('&')
+        .find_map(|p| p.strip_prefix("$filter=").or(p.strip_prefix("%24filter=")))
+        .unwrap_or_default();
+    if cosmos && filter.contains("Timestamp") {
+        let body = "{\"value\":[]}";
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json;odata=nometadata\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        return client.write_all(answer.as_bytes());
+    }
     state.lock().unwrap().seen.push(Seen {
         method,
         path,
@@ -183,8 +208,54 @@ fn handle(mut client: TcpStream, upstream: &str, state: &Mutex<State>) -> std::i
             std::thread::sleep(d);
             client.write_all(&forward(upstream, &head, &body)?)
         }
+        None if cosmos => client.write_all(&unordered(forward(upstream, &head, &body)?)),
         None => client.write_all(&forward(upstream, &head, &body)?),
     }
+}
+
+/// An answer with its `value` array (a query page) reversed, sent with a
+/// Content-Length (Azurite's is chunked).
+fn unordered(answer: Vec<u8>) -> Vec<u8> {
+    let Some(at) = answer.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return answer;
+    };
+    let head = String::from_utf8_lossy(&answer[..at]).into_owned();
+    let mut body = answer[at + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut plain = Vec::new();
+        let mut rest = &body[..];
+        while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16)
+                .unwrap_or(0);
+            if size == 0 {
+                break;
+            }
+            plain.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+            rest = &rest[eol + 2 + size + 2..];
+        }
+        body = plain;
+    }
+    if let Ok(mut json) = serde_json::from_slice::<serde_json::Value>(&body)
+        && let Some(values) = json.get_mut("value").and_then(|v| v.as_array_mut())
+    {
+        values.reverse();
+        body = serde_json::to_vec(&json).unwrap();
+    }
+    let mut out: String = head
+        .split("\r\n")
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            !l.starts_with("transfer-encoding") && !l.starts_with("content-length")
+        })
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    out.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut out = out.into_bytes();
+    out.extend_from_slice(&body);
+    out
 }
 
 /// Sends the request to Azurite on a new connection and returns its whole
@@ -205,6 +276,15 @@ pub(super) fn serve_through_proxy(
     prefix: &str,
     columns: &str,
 ) -> (Proxy, Azure, String, DropTable) {
+    serve_through_proxy_with(prefix, columns, &[])
+}
+
+/// [`serve_through_proxy`] with more `tablegate serve` arguments.
+pub(super) fn serve_through_proxy_with(
+    prefix: &str,
+    columns: &str,
+    args: &[&str],
+) -> (Proxy, Azure, String, DropTable) {
     let conn = azurite();
     let endpoint = table_endpoint(&conn);
     let rest = endpoint.strip_prefix("http://").expect("Azurite over http");
@@ -214,7 +294,7 @@ pub(super) fn serve_through_proxy(
         "UseDevelopmentStorage=true;TableEndpoint=http://127.0.0.1:{}/{account}",
         proxy.port
     );
-    let (a, t, drop) = with_table(serve_on(&conn), prefix, columns);
+    let (a, t, drop) = with_table(serve_on(&conn, args), prefix, columns);
     (proxy, a, t, drop)
 }
 

@@ -141,7 +141,7 @@ fn azure_table_created_elsewhere_becomes_visible() {
         // definition, by when its entity is there.
         let _start = starts();
         runtime().block_on(async {
-            let store = AzureStore::connect(&azurite()).await.unwrap();
+            let store = AzureStore::connect(&azurite(), None).await.unwrap();
             store.create_table(&t).await.unwrap();
             let write = EntityWrite::new("p", "r").with("Name", Value::String("Ann".into()));
             store
