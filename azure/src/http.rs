@@ -2,6 +2,7 @@
 //! the SAS token, sends, and turns the service's error responses into
 //! meaning-based [`StoreError`]s ([`service_error`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -120,10 +121,32 @@ impl Response {
     }
 }
 
+/// The runtime of a client's HTTP exchanges; stopped without waiting when
+/// the last client goes (which may be inside another runtime, where a
+/// blocking shutdown would panic).
+#[derive(Debug)]
+struct IoRuntime(Option<tokio::runtime::Runtime>);
+
+impl IoRuntime {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("runtime until drop").handle()
+    }
+}
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
 /// The account's HTTP client.
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
+    /// The runtime every request runs on (see [`Client::new`]).
+    io: Arc<IoRuntime>,
     /// The account.
     pub account: Account,
 }
@@ -133,7 +156,22 @@ impl Client {
     /// limit is 30 s per request; a hung connection must not hang a query).
     /// Idle connections are dropped before Azurite's 5 s keep-alive closes
     /// them, so a request rarely meets a connection closed under it.
+    ///
+    /// Requests run on a runtime of the client's own, not on the caller's:
+    /// a pooled connection's I/O lives on the runtime that opened it, and a
+    /// session's runtime stops while its thread waits for its client, so a
+    /// connection used there and reused by another session hung until the
+    /// request timeout.
     pub fn new(account: Account) -> Result<Client, AzureError> {
+        let io = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tablegate-azure-io")
+            .enable_all()
+            .build()
+            .map_err(|e| AzureError::Unreachable {
+                endpoint: account.endpoint.clone(),
+                reason: format!("no runtime for the HTTP client: {e}"),
+            })?;
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
@@ -143,7 +181,11 @@ impl Client {
                 endpoint: account.endpoint.clone(),
                 reason: e.to_string(),
             })?;
-        Ok(Client { http, account })
+        Ok(Client {
+            http,
+            io: Arc::new(IoRuntime(Some(io))),
+            account,
+        })
     }
 
     /// The full URL of a path (for `$batch` parts).
@@ -215,15 +257,25 @@ impl Client {
                 AzureError::Interrupted { endpoint, reason }
             }
         };
-        let r = b.send().await.map_err(transport)?;
-        let status = r.status();
-        let headers = r.headers().clone();
-        let body = r.bytes().await.map_err(transport)?.to_vec();
-        Ok(Response {
-            status,
-            headers,
-            body,
-        })
+        let exchange = self.io.handle().spawn(async move {
+            let r = b.send().await?;
+            let status = r.status();
+            let headers = r.headers().clone();
+            let body = r.bytes().await?.to_vec();
+            Ok::<_, reqwest::Error>(Response {
+                status,
+                headers,
+                body,
+            })
+        });
+        match exchange.await {
+            Ok(r) => r.map_err(transport),
+            // The runtime shut down under the request.
+            Err(e) => Err(AzureError::Interrupted {
+                endpoint: self.account.endpoint.clone(),
+                reason: e.to_string(),
+            }),
+        }
     }
 }
 
