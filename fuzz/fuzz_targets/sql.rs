@@ -92,7 +92,12 @@ fuzz_target!(|data: &[u8]| {
         }
         let query = exec::store_query(&bound);
         if !query.spans.is_empty() {
-            let _ = tablegate_azure::odata::translate(&query);
+            for service in [
+                tablegate_azure::Service::Storage,
+                tablegate_azure::Service::Cosmos,
+            ] {
+                let _ = tablegate_azure::odata::translate(&query, service);
+            }
         }
         if matches!(select.route, tablegate_planner::plan::Route::Native) {
             let opts = ExecOptions::default();
