@@ -258,9 +258,8 @@ impl goldenscript::Runner for ScriptRunner {
         if !self.sessions.contains_key(&prefix) {
             let port = self.server.as_ref().ok_or("no server")?.port;
             let mut session = Session::connect(port)?;
-            // On Azure, a statement stalled behind another session (as one
-            // did, until the 60 s request timeout and a retry) fails the
-            // script instead of passing slowly.
+            // On Azure, a statement stalled behind another session fails
+            // the script instead of passing slowly after a retry.
             if self.azure.is_some() {
                 session.simple("SET statement_timeout = '20s'")?;
             }
