@@ -277,8 +277,9 @@ class PgCluster:
 
 
 class Tablegate:
-    def __init__(self, binary: Path, work: Path):
+    def __init__(self, binary: Path, work: Path, extra: list[str] | None = None):
         self.binary = binary
+        self.extra = extra or []
         self.data = work / "tg-data"
         self.log_path = work / "tablegate.log"
         self.proc: subprocess.Popen | None = None
@@ -289,7 +290,8 @@ class Tablegate:
         self.log_file = open(self.log_path, "w")
         # Its own session: a Ctrl-C reaches the script, which stops it.
         self.proc = subprocess.Popen(
-            [str(self.binary), "serve", "--data", str(self.data), "--listen", "127.0.0.1:0", "--throttle", "off"],
+            [str(self.binary), "serve", "--data", str(self.data), "--listen", "127.0.0.1:0", "--throttle", "off",
+             *self.extra],
             stdout=self.log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_env(),
             start_new_session=True)
         deadline = time.monotonic() + 120

@@ -34,6 +34,8 @@ pub struct Settings {
     pub limits: Limits,
     /// Prometheus endpoint (`http://ADDR/metrics`); none when unset.
     pub metrics_listen: Option<SocketAddr>,
+    /// Arrow Flight SQL endpoint; none when unset.
+    pub flight_listen: Option<SocketAddr>,
     /// Throttling at the scalability targets.
     pub throttle: Throttle,
     /// The partition layer.
@@ -73,6 +75,7 @@ impl Default for Settings {
             engine_memory_mb: 1024,
             limits: Limits::default(),
             metrics_listen: None,
+            flight_listen: None,
             throttle: Throttle::default(),
             partitions: Partitions::default(),
             session: SessionDefaults::default(),
@@ -315,6 +318,10 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics on http://ADDR/metrics.
     #[arg(long, env = "TABLEGATE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve Arrow Flight SQL on ADDR (e.g. 127.0.0.1:50051), beside
+    /// pgwire: same users, TLS, tables and errors [default: off].
+    #[arg(long, env = "TABLEGATE_FLIGHT_LISTEN")]
+    pub flight_listen: Option<SocketAddr>,
     /// Throttling at the scalability targets: on or off [default: on].
     #[arg(long, env = "TABLEGATE_THROTTLE", value_parser = ["on", "off"])]
     pub throttle: Option<String>,
@@ -397,6 +404,9 @@ impl ServeArgs {
         over!(self.engine_memory_mb => s.engine_memory_mb);
         if self.metrics_listen.is_some() {
             s.metrics_listen = self.metrics_listen;
+        }
+        if self.flight_listen.is_some() {
+            s.flight_listen = self.flight_listen;
         }
         if let Some(t) = &self.throttle {
             s.throttle.enabled = t == "on";

@@ -89,9 +89,10 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Binds a server over `planner` as the settings say.
-pub async fn bind(planner: Planner, settings: &Settings) -> Result<Server, String> {
-    let auth = match settings.auth.mode.as_str() {
+/// How clients authenticate, as the settings say (the config file's users
+/// set first).
+async fn auth_mode(planner: &Planner, settings: &Settings) -> Result<AuthMode, String> {
+    Ok(match settings.auth.mode.as_str() {
         "scram" => {
             let users = UserStore::open(planner.store().system())
                 .await
@@ -105,7 +106,12 @@ pub async fn bind(planner: Planner, settings: &Settings) -> Result<Server, Strin
             AuthMode::Scram(Arc::new(users))
         }
         _ => AuthMode::Trust,
-    };
+    })
+}
+
+/// Binds a server over `planner` as the settings say.
+pub async fn bind(planner: Planner, settings: &Settings) -> Result<Server, String> {
+    let auth = auth_mode(&planner, settings).await?;
     let tls = match &settings.tls {
         Some(t) => Some(tablegate_gateway::tls::acceptor(&t.cert, &t.key)?),
         None => None,
@@ -147,6 +153,10 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
     }
     let server = bind(planner, settings).await?;
     let addr = server.local_addr().map_err(err)?;
+    let flight = match settings.flight_listen {
+        Some(at) => Some(start_flight(at, &server, settings).await?),
+        None => None,
+    };
     if settings.backend != "azure" {
         // The default (`tablegate-data`) is relative to the working
         // directory: say where the data really is.
@@ -162,9 +172,62 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
     );
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    server.run(shutdown_signal()).await.map_err(err)?;
+    let served = server.run(shutdown_signal()).await.map_err(err);
+    if let Some((stop, task)) = flight {
+        let _ = stop.send(());
+        let _ = task.await;
+    }
+    served?;
     println!("tablegate stopped");
     Ok(())
+}
+
+/// Binds the Arrow Flight SQL endpoint beside `server` (its users, TLS,
+/// session settings and analytics pool) and serves it until told to stop.
+async fn start_flight(
+    at: SocketAddr,
+    server: &Server,
+    settings: &Settings,
+) -> Result<
+    (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<Result<(), String>>,
+    ),
+    String,
+> {
+    let tls = match &settings.tls {
+        Some(t) => {
+            let read = |p: &std::path::Path| {
+                std::fs::read_to_string(p).map_err(|e| format!("TLS {}: {e}", p.display()))
+            };
+            Some((read(&t.cert)?, read(&t.key)?))
+        }
+        None => None,
+    };
+    let config = tablegate_gateway::flight::FlightConfig {
+        auth: auth_mode(server.planner(), settings).await?,
+        tls,
+        session_defaults: settings.session.settings(),
+        pool: server.analytics_pool(),
+        token_lifetime: tablegate_gateway::flight::TOKEN_LIFETIME,
+        max_sessions: settings.max_connections,
+    };
+    let flight =
+        tablegate_gateway::flight::FlightServer::bind(at, server.planner().clone(), config)
+            .await
+            .map_err(|e| format!("cannot serve Flight SQL on {at}: {e}"))?;
+    let bound = flight.local_addr().map_err(err)?;
+    let scheme = if settings.tls.is_some() {
+        "grpc+tls"
+    } else {
+        "grpc"
+    };
+    println!("Arrow Flight SQL on {scheme}://{bound}");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(flight.run(async {
+        let _ = stopped.await;
+    }));
+    Ok((stop, task))
 }
 
 /// The Unix-domain socket beside `addr`, when `dir` is set and usable; a

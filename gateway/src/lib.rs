@@ -23,6 +23,8 @@
 //! - [`analytics`] — DataFusion for what the native path does not run,
 //!   `pg_catalog`, `information_schema` and the `tablegate` system views
 //!   (a default feature; built without it, engine routes answer 0A000).
+//! - [`flight`] — Arrow Flight SQL beside pgwire (a default feature):
+//!   the same sessions and statements, results as record batches.
 //! - [`telemetry`] — statement counters per query class, `tracing` spans,
 //!   `metrics` for the Prometheus endpoint.
 //! - [`encode`] — type mapping, value encoding, Arrow record batches to
@@ -41,6 +43,8 @@ pub mod auth;
 pub mod cancel;
 mod conn_io;
 pub mod encode;
+#[cfg(feature = "flight")]
+pub mod flight;
 pub mod handler;
 pub mod server;
 pub mod settings;

@@ -75,6 +75,7 @@ pub struct Server {
     listener: TcpListener,
     planner: Planner,
     config: ServerConfig,
+    analytics: crate::analytics::Pool,
 }
 
 impl Server {
@@ -101,11 +102,31 @@ impl Server {
             ));
         }
         let listener = TcpListener::bind(addr).await?;
+        // Analytics run on a runtime of their own: however busy they keep
+        // it, the accept loop (and with it cancel requests, which arrive as
+        // new connections) runs on this one.
+        let analytics = crate::analytics::Pool::new(
+            config.engine_memory,
+            config.analytics_running,
+            config.analytics_queue_wait,
+        )?;
         Ok(Server {
             listener,
             planner,
             config,
+            analytics,
         })
+    }
+
+    /// The analytics engine's pool, for other front ends of the same
+    /// server (Flight SQL) to share its threads and memory limit.
+    pub fn analytics_pool(&self) -> crate::analytics::Pool {
+        self.analytics.clone()
+    }
+
+    /// The planner it serves.
+    pub fn planner(&self) -> &Planner {
+        &self.planner
     }
 
     /// The address actually bound (useful with port 0).
@@ -117,14 +138,7 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         let admission = Admission::new(self.config.limits.clone());
         let registry = Arc::new(CancelRegistry::default());
-        // Analytics run on a runtime of their own: however busy they keep
-        // it, the accept loop (and with it cancel requests, which arrive as
-        // new connections) runs on this one.
-        let analytics = crate::analytics::Pool::new(
-            self.config.engine_memory,
-            self.config.analytics_running,
-            self.config.analytics_queue_wait,
-        )?;
+        let analytics = self.analytics.clone();
         let threads = ConnectionThreads::new();
         // Connections whose thread is running, starting or not.
         let open = Arc::new(AtomicUsize::new(0));

@@ -163,6 +163,14 @@ conditions! {
     notice = "00000";
     /// 28000: authentication refused.
     invalid_authorization_specification = "28000";
+    /// 3F000: a schema other than `public`.
+    invalid_schema_name = "3F000";
+    /// 42P07: a table that already exists.
+    duplicate_table = "42P07";
+    /// 42P01: a table that does not exist.
+    undefined_table = "42P01";
+    /// 28P01: a wrong password or an unknown user (Flight SQL's handshake).
+    invalid_password = "28P01";
     /// 53300: no session slot left.
     too_many_connections = "53300";
     /// 42P03: a cursor name already taken.
@@ -621,6 +629,57 @@ fn arrow_code(e: &arrow_schema::ArrowError) -> &'static str {
 /// Turns a PgError into pgwire's error.
 pub fn wire_error(e: PgError) -> PgWireError {
     PgWireError::UserError(Box::new(error_info(e)))
+}
+
+impl PgError {
+    /// An error that already went out as pgwire's ErrorInfo, back as a
+    /// PgError (for results that leave the PostgreSQL protocol: Flight
+    /// SQL). Its code keeps the SQLSTATE given where it was made.
+    pub fn from_info(info: ErrorInfo) -> Self {
+        PgError {
+            code: interned_code(&info.code),
+            message: info.message,
+            detail: info.detail,
+            hint: info.hint,
+            position: info.position.and_then(|p| p.parse().ok()),
+        }
+    }
+
+    /// A pgwire error as a PgError: a user error keeps its SQLSTATE,
+    /// anything else is XX000.
+    pub fn from_wire(e: &PgWireError) -> Self {
+        match e {
+            PgWireError::UserError(info) => {
+                let mut copy = ErrorInfo::new(
+                    info.severity.clone(),
+                    info.code.clone(),
+                    info.message.clone(),
+                );
+                copy.detail.clone_from(&info.detail);
+                copy.hint.clone_from(&info.hint);
+                copy.position.clone_from(&info.position);
+                PgError::from_info(copy)
+            }
+            other => PgError::internal(other),
+        }
+    }
+}
+
+/// A SQLSTATE as `&'static str`: each distinct code is leaked once (they
+/// are five characters from a small set).
+fn interned_code(code: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{LazyLock, Mutex};
+    static CODES: LazyLock<Mutex<HashSet<&'static str>>> = LazyLock::new(Default::default);
+    let mut codes = CODES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(c) = codes.get(code) {
+        return c;
+    }
+    let c: &'static str = Box::leak(code.to_owned().into_boxed_str());
+    codes.insert(c);
+    c
 }
 
 /// pgwire's ErrorInfo for a PgError.

@@ -97,7 +97,7 @@ fn set_alice(data: &std::path::Path) -> String {
     set_user(data, "alice", "correct horse battery")
 }
 
-fn set_user(data: &std::path::Path, user: &str, password: &str) -> String {
+pub(super) fn set_user(data: &std::path::Path, user: &str, password: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
         .args(["user", "set", user, "--data"])
         .arg(data)

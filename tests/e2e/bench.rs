@@ -163,3 +163,46 @@ fn cpu_script_reports_each_servers_cost_per_transaction() {
         assert!(numbers[3] <= 100.0, "{line}");
     }
 }
+
+/// `bench/flight.py`, Arrow Flight SQL against pgwire, on a tiny table:
+/// every path reads every row, and the report and chart are written.
+#[test]
+fn flight_bench_reads_every_row_through_every_path() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().to_str().expect("a UTF-8 temporary path");
+    let stdout = run_script(
+        "flight.py",
+        &["--rows", "3000", "--runs", "1", "--out", dir],
+    );
+    assert!(stdout.contains("Flight SQL ÷ tablegate pgwire"), "{stdout}");
+    let mut files: Vec<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let md = std::fs::read_to_string(out.path().join(&files[0])).unwrap();
+    let rows: Vec<Vec<f64>> = md
+        .lines()
+        .filter(|l| l.contains("pgwire (psycopg") || l.contains("Arrow Flight SQL (ADBC)"))
+        .filter(|l| l.starts_with('|'))
+        .map(|l| {
+            l.split('|')
+                .skip(2)
+                .filter_map(|c| c.trim().replace(',', "").parse::<f64>().ok())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "{md}");
+    for r in &rows {
+        // rows/s, seconds and both peaks are positive (to Arrow is 0 for Flight).
+        assert!(
+            r.len() >= 6 && r[0] > 0.0 && r[1] > 0.0 && r[4] > 0.0,
+            "{r:?}\n{md}"
+        );
+    }
+    let svg = std::fs::read_to_string(out.path().join(&files[1])).unwrap();
+    let doc = roxmltree::Document::parse(&svg).expect("the chart is well-formed XML");
+    let rects = doc.descendants().filter(|n| n.has_tag_name("rect")).count();
+    assert_eq!(rects, 1 + 3, "{svg}");
+}

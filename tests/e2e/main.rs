@@ -14,6 +14,7 @@ mod corpus;
 mod crash;
 mod driver;
 mod faults;
+mod flight;
 mod hostile;
 mod pgref;
 mod product;

@@ -9,7 +9,7 @@ mod types;
 mod value;
 
 pub(crate) use row::{encode_batch, text_values};
-pub use stream::{batch_stream, counted, row_stream};
+pub use stream::{batch_stream, counted, guarded, row_stream, until_stopped};
 pub use types::{arrow_fields, fields, format_of, pg_type, pg_type_of, text_field};
 pub use value::{pg_float_text, pg_float4_text};
 

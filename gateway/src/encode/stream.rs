@@ -25,12 +25,22 @@ pub fn row_stream(
     rows: RowStream,
     fields: Arc<Vec<FieldInfo>>,
     stop: Stop,
-    mut guard: Option<StatementGuard>,
+    guard: Option<StatementGuard>,
 ) -> impl Stream<Item = PgWireResult<DataRow>> + Send {
+    batch_stream(Box::pin(guarded(rows, guard)), fields, stop)
+}
+
+/// The record batches of a running native query; `guard`, when given,
+/// learns the bound access class and the store's actuals, and records the
+/// statement when the stream ends or is dropped.
+pub fn guarded(
+    rows: RowStream,
+    mut guard: Option<StatementGuard>,
+) -> impl Stream<Item = Result<RecordBatch, PgError>> + Send {
     if let Some(g) = guard.as_mut() {
         g.set_class(StatementClass::Access(rows.class()));
     }
-    let batches = futures::stream::unfold((rows, guard), |(mut rows, mut guard)| async move {
+    futures::stream::unfold((rows, guard), |(mut rows, mut guard)| async move {
         let next = rows.next().await;
         if let Some(g) = guard.as_mut() {
             g.set_actuals(&rows.actuals());
@@ -39,8 +49,34 @@ pub fn row_stream(
             }
         }
         Some((next?.map_err(|e| PgError::from(&e)), (rows, guard)))
-    });
-    batch_stream(Box::pin(batches), fields, stop)
+    })
+}
+
+/// Record batches until `stop` fires (then one 57014 error) or the first
+/// error; `stop` is looked at between batches.
+pub fn until_stopped<S>(
+    batches: S,
+    stop: Stop,
+) -> impl Stream<Item = Result<RecordBatch, PgError>> + Send
+where
+    S: Stream<Item = Result<RecordBatch, PgError>> + Send + Unpin + 'static,
+{
+    futures::stream::unfold((batches, false), move |(mut batches, done)| {
+        let stop = stop.clone();
+        async move {
+            if done {
+                return None;
+            }
+            let next = tokio::select! {
+                n = batches.next() => n,
+                e = stop.wait() => return Some((Err(e), (batches, true))),
+            };
+            match next? {
+                Err(e) => Some((Err(e), (batches, true))),
+                Ok(batch) => Some((Ok(batch), (batches, false))),
+            }
+        }
+    })
 }
 
 /// Counts the rows of an analytics result into `guard`, which records the
@@ -79,29 +115,18 @@ where
     // by a plain iterator (a step per row moved the whole stream state in
     // and out of a new future for every row). A batch's rows all go out
     // before `stop` is looked at again.
-    let per_batch = futures::stream::unfold((batches, false), move |(mut batches, done)| {
-        let fields = fields.clone();
-        let stop = stop.clone();
-        async move {
-            if done {
-                return None;
-            }
-            let next = tokio::select! {
-                n = batches.next() => n,
-                e = stop.wait() => return Some((Err(wire_error(e)), (batches, true))),
-            };
-            match next? {
-                Err(e) => Some((Err(wire_error(e)), (batches, true))),
-                Ok(batch) => {
-                    let mut rows = Vec::with_capacity(batch.num_rows());
-                    match encode_batch(&batch, &fields, &mut rows) {
-                        Ok(()) => Some((Ok(rows), (batches, false))),
-                        Err(e) => Some((Err(e), (batches, true))),
-                    }
-                }
-            }
-        }
-    });
+    let per_batch = until_stopped(batches, stop)
+        .map(move |batch| -> PgWireResult<Vec<DataRow>> {
+            let batch = batch.map_err(wire_error)?;
+            let mut rows = Vec::with_capacity(batch.num_rows());
+            encode_batch(&batch, &fields, &mut rows)?;
+            Ok(rows)
+        })
+        // Nothing after the first error (a batch that failed to encode).
+        .scan(false, |failed, encoded| {
+            let end = std::mem::replace(failed, encoded.is_err());
+            std::future::ready((!end).then_some(encoded))
+        });
     per_batch
         .flat_map(|encoded| {
             let (rows, error) = match encoded {

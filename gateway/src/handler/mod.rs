@@ -25,6 +25,7 @@
 //!    default would collect every row first).
 
 mod advise;
+mod arrow;
 pub mod copy;
 mod cursor;
 mod extended;
@@ -62,6 +63,7 @@ use crate::encode::text_field;
 use crate::sqlstate::{PgError, error_info};
 use crate::telemetry::{StatementClass, StatementGuard};
 
+pub use arrow::{ArrowSession, Batches, Outcome};
 pub use cursor::CursorQuery;
 pub use extended::StatementParser;
 pub use prepare::{NativeSelect, Prepared, prepare};
@@ -276,6 +278,35 @@ pub(crate) struct Run<'a> {
 }
 
 impl ConnHandler {
+    /// A run of a statement starting now, by the session's settings as
+    /// they are now (its statement_timeout counts from here).
+    fn start_run<'a>(
+        &self,
+        params: &'a [Option<Value>],
+        format: Option<&'a Format>,
+        status: TransactionStatus,
+    ) -> Run<'a> {
+        let (opts, deadline) = {
+            let s = self.session.lock();
+            (
+                s.settings.exec_options(),
+                s.settings.statement_timeout().map(|t| Instant::now() + t),
+            )
+        };
+        Run {
+            params,
+            format,
+            opts,
+            stop: Stop {
+                deadline,
+                cancel: self.cancel.clone(),
+                since: self.cancel.generation(),
+            },
+            status,
+            notices: Vec::new(),
+        }
+    }
+
     /// Runs one planned statement, timed and counted by a
     /// [`StatementGuard`] inside a `statement` tracing span, and recorded
     /// in the statement log under `text` (normalized). A streaming
@@ -334,25 +365,8 @@ impl ConnHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let (opts, deadline) = {
-            let s = self.session.lock();
-            (
-                s.settings.exec_options(),
-                s.settings.statement_timeout().map(|t| Instant::now() + t),
-            )
-        };
-        let mut run = Run {
-            params,
-            format,
-            opts,
-            stop: Stop {
-                deadline,
-                cancel: self.cancel.clone(),
-                since: self.cancel.generation(),
-            },
-            status: client.transaction_status(),
-            notices: Vec::new(),
-        };
+        let mut run = self.start_run(params, format, client.transaction_status());
+        let deadline = run.stop.deadline;
         if let Some(command) = p.writes()
             && self.session.lock().read_only_now()
         {

@@ -58,15 +58,31 @@ impl ConnHandler {
         guard: &mut Option<StatementGuard>,
     ) -> Result<Response, PgError> {
         let engine = self.session.engine_for_run(&self.planner).await?;
-        let df = |e: crate::analytics::EngineError| PgError::from(&e);
         if let Some(analyze) = explain {
             let explained = engine.explain(plan, run.params, analyze, run.opts.clone());
             let lines = tokio::select! {
-                r = explained => r.map_err(df)?,
+                r = explained => r.map_err(|e| PgError::from(&e))?,
                 e = run.stop.wait() => return Err(e),
             };
             return Ok(one_text_row("QUERY PLAN", &lines));
         }
+        let batches = self.analytics_batches(&engine, plan, run, guard).await?;
+        let f = Arc::new(encode::arrow_fields(&plan.schema, run.format));
+        Ok(Response::Query(QueryResponse::new(
+            f.clone(),
+            encode::batch_stream(batches, f, run.stop.clone()),
+        )))
+    }
+
+    /// The running batches of an analytics statement, counted into
+    /// `guard` (taken) when there is one.
+    pub(super) async fn analytics_batches(
+        &self,
+        engine: &crate::analytics::Engine,
+        plan: &Arc<EnginePlan>,
+        run: &Run<'_>,
+        guard: &mut Option<StatementGuard>,
+    ) -> Result<super::arrow::Batches, PgError> {
         let scans = Arc::new(parking_lot::Mutex::new(
             tablegate_planner::Actuals::default(),
         ));
@@ -75,19 +91,14 @@ impl ConnHandler {
         }
         let started = engine.execute_counted(plan, run.params, run.opts.clone(), scans);
         let stream = tokio::select! {
-            r = started => r.map_err(df)?,
+            r = started => r.map_err(|e| PgError::from(&e))?,
             e = run.stop.wait() => return Err(e),
         };
-        let f = Arc::new(encode::arrow_fields(&plan.schema, run.format));
         let batches = stream.map(|b| b.map_err(|e| PgError::from(&e)));
-        let batches: std::pin::Pin<Box<dyn futures::Stream<Item = _> + Send>> = match guard.take() {
+        Ok(match guard.take() {
             Some(g) => Box::pin(encode::counted(batches, g)),
             None => Box::pin(batches),
-        };
-        Ok(Response::Query(QueryResponse::new(
-            f.clone(),
-            encode::batch_stream(batches, f, run.stop.clone()),
-        )))
+        })
     }
 }
 

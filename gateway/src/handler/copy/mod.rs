@@ -292,6 +292,163 @@ impl ConnHandler {
     }
 }
 
+impl ConnHandler {
+    /// Bulk ingest (Flight SQL): record batches into `table` through
+    /// COPY FROM's path (the same rows, identity ids, entity-group
+    /// transactions per PartitionKey and errors). The columns are the
+    /// first batch's, by name; values are read as their text, as COPY's
+    /// are. Returns the rows written.
+    pub(super) async fn ingest(
+        &self,
+        table: &str,
+        mut batches: super::arrow::Batches,
+    ) -> Result<u64, PgError> {
+        use futures::StreamExt;
+        let Some(first) = batches.next().await.transpose()? else {
+            return Ok(0);
+        };
+        let schema = first.schema();
+        let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
+        let names: Vec<String> = schema.fields().iter().map(|f| quote(f.name())).collect();
+        let sql = format!("COPY {} ({}) FROM STDIN", quote(table), names.join(", "));
+        let stmts = tablegate_planner::Planner::parse(&sql).map_err(|e| PgError::from(&e))?;
+        let prepared = super::prepare::prepare(&self.planner, &stmts[0], &sql, true)?;
+        let super::Prepared::CopyIn {
+            plan,
+            columns,
+            format,
+        } = prepared
+        else {
+            return Err(PgError::internal(
+                "bulk ingest was planned as another statement",
+            ));
+        };
+        if self.session.lock().read_only_now() {
+            return Err(PgError::read_only_sql_transaction(
+                "cannot execute bulk ingest in a read-only transaction",
+            ));
+        }
+        let run = self.start_run(
+            &[],
+            None,
+            pgwire::messages::response::TransactionStatus::Idle,
+        );
+        let mut st = CopyIn {
+            plan,
+            columns,
+            parser: format::Parser::new(format),
+            rows: Vec::new(),
+            error: None,
+            rows_done: 0,
+            groups_done: 0,
+            opts: run.opts,
+            since: run.stop.since,
+            deadline: run.stop.deadline,
+        };
+        let per_flush = if self.session.in_transaction() {
+            100
+        } else {
+            COPY_FLUSH_ROWS
+        };
+        let mut next = Some(first);
+        while let Some(batch) = next {
+            if batch.schema().fields() != schema.fields() {
+                return Err(PgError::bad_copy_file_format(
+                    "every record batch of one ingest must have the first one's columns",
+                ));
+            }
+            let mut texts = batch_text(&batch)?;
+            for r in 0..batch.num_rows() {
+                st.parser.line += 1;
+                self.copy_identity_ids(&st).await?;
+                let fields: Vec<format::Field> = texts.iter_mut().map(|c| c[r].take()).collect();
+                let row = copy_row(&st.plan, &st.columns, (st.parser.line, fields))?;
+                st.rows.push(row);
+                if st.rows.len() >= per_flush {
+                    self.copy_flush(&mut st).await;
+                    if let Some(e) = st.error.take() {
+                        return Err(e);
+                    }
+                }
+            }
+            if self.cancel.generation() != st.since {
+                return Err(PgError::cancelled(false));
+            }
+            if st.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(PgError::cancelled(true));
+            }
+            next = batches.next().await.transpose()?;
+        }
+        if !st.rows.is_empty() {
+            self.copy_flush(&mut st).await;
+            if let Some(e) = st.error.take() {
+                return Err(e);
+            }
+        }
+        Ok(st.rows_done)
+    }
+}
+
+/// A record batch's values as COPY text, column by column (`None`: NULL):
+/// bytea as `\\x` hex, a 16-byte value as a uuid, everything else as Arrow
+/// displays it (ISO times, shortest round-trip floats).
+pub(super) fn batch_text(
+    batch: &arrow_array::RecordBatch,
+) -> Result<Vec<Vec<format::Field>>, PgError> {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use arrow_schema::DataType;
+    let hex = |b: &[u8]| {
+        let mut s = String::with_capacity(2 + 2 * b.len());
+        s.push_str("\\x");
+        for byte in b {
+            s.push_str(&format!("{byte:02x}"));
+        }
+        s
+    };
+    let mut out = Vec::with_capacity(batch.num_columns());
+    for col in batch.columns() {
+        let n = col.len();
+        let mut values = Vec::with_capacity(n);
+        match col.data_type() {
+            DataType::Binary => {
+                let a = col.as_binary::<i32>();
+                values.extend((0..n).map(|i| a.is_valid(i).then(|| hex(a.value(i)))));
+            }
+            DataType::LargeBinary => {
+                let a = col.as_binary::<i64>();
+                values.extend((0..n).map(|i| a.is_valid(i).then(|| hex(a.value(i)))));
+            }
+            DataType::BinaryView => {
+                let a = col.as_binary_view();
+                values.extend((0..n).map(|i| a.is_valid(i).then(|| hex(a.value(i)))));
+            }
+            DataType::FixedSizeBinary(16) => {
+                let a = col.as_fixed_size_binary();
+                values.extend((0..n).map(|i| {
+                    a.is_valid(i).then(|| {
+                        let bytes: [u8; 16] = a.value(i).try_into().expect("16 bytes");
+                        uuid::Uuid::from_bytes(bytes).to_string()
+                    })
+                }));
+            }
+            _ => {
+                let options = arrow_cast::display::FormatOptions::default();
+                let f =
+                    arrow_cast::display::ArrayFormatter::try_new(col, &options).map_err(|e| {
+                        PgError::feature_not_supported(format!(
+                            "bulk ingest of {} values: {e}",
+                            col.data_type()
+                        ))
+                    })?;
+                values.extend((0..n).map(|i| col.is_valid(i).then(|| f.value(i).to_string())));
+            }
+        }
+        out.push(values);
+    }
+    Ok(out)
+}
+
 /// One COPY record as a row of every user column (DEFAULTs for the ones
 /// not named).
 fn copy_row(

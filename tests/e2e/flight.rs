@@ -1,0 +1,140 @@
+//! Arrow Flight SQL (`serve --flight-listen`), driven by ADBC's Flight SQL
+//! driver and pyarrow from Python (`tests/clients/flight_client.py`; `.ci/run`
+//! installs adbc-driver-flightsql, pyarrow and pandas): every column type
+//! read as Arrow and compared with what psycopg reads through pgwire,
+//! parameters, EXPLAIN, SQLSTATEs, 100,000 rows of bulk ingest read back,
+//! metadata, pandas, transactions; then SCRAM users over TLS.
+
+use std::process::Command;
+
+use super::server::TestServer;
+
+/// The Flight SQL port a server printed at start-up.
+fn flight_port(s: &TestServer) -> u16 {
+    let lines = s.stdout.lock().unwrap();
+    lines
+        .iter()
+        .find_map(|l| l.split_once("Arrow Flight SQL on ").map(|(_, url)| url))
+        .and_then(|url| url.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no Flight SQL address in {lines:?}"))
+}
+
+fn script(args: &[&str]) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
+    let out = Command::new("python3")
+        .arg(format!("{dir}/flight_client.py"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("python3 runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.ends_with("flight ok\n"),
+        "flight_client.py {args:?} failed (pip install adbc-driver-flightsql pyarrow pandas: .ci/run does):\n{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn adbc_reads_what_psycopg_reads_and_ingests_in_bulk() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TestServer::serve_in(
+        dir.path(),
+        &["--throttle", "off", "--flight-listen", "127.0.0.1:0"],
+    );
+    let (flight, pg) = (flight_port(&s).to_string(), s.port.to_string());
+    script(&["trust", &flight, &pg]);
+}
+
+#[test]
+fn flight_sql_takes_scram_users_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    super::auth::set_user(dir.path(), "alice", "correct horse");
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=localhost"])
+        // Go's TLS (under ADBC) checks the subject alternative name.
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is installed");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let s = TestServer::serve_in(
+        dir.path(),
+        &[
+            "--auth",
+            "scram",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--flight-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let flight = flight_port(&s).to_string();
+    script(&[
+        "secure",
+        &flight,
+        cert.to_str().unwrap(),
+        "alice",
+        "correct horse",
+    ]);
+}
+
+#[test]
+fn flight_sql_with_trust_is_refused_on_a_non_loopback_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--unix-socket-dir", ""])
+        .args(["--flight-listen", "0.0.0.0:0", "--data"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to serve Flight SQL on 0.0.0.0:0 with trust authentication"),
+        "{stderr}"
+    );
+}
+
+/// The README's pandas example runs against the demo as written.
+#[test]
+fn the_pandas_example_runs_against_the_demo() {
+    let s = TestServer::demo(&["--throttle", "off", "--flight-listen", "127.0.0.1:0"]);
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/flight_pandas.py");
+    let out = Command::new("python3")
+        .arg(example)
+        .arg(flight_port(&s).to_string())
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("2026 New York City Marathon__Full"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("runners aged 30-39, columns ['runner', 'name', 'age']"),
+        "{stdout}"
+    );
+}
