@@ -175,7 +175,9 @@ def trust(pg_port):
     txn = flight.connect(URI, db_kwargs=SESSION, autocommit=False)
     tc = txn.cursor()
     tc.execute("INSERT INTO fl_types (pk, rk, t) VALUES ('tx', 1, 'a')")
-    tc.execute("SELECT count(*) FROM fl_types WHERE pk = 'tx'")
+    tc.execute("SELECT rk, t FROM fl_types WHERE pk = 'tx'")  # native
+    assert tc.fetchall() == [(1, "a")], "a transaction reads its own writes"
+    tc.execute("SELECT count(*) FROM fl_types WHERE pk = 'tx'")  # the analytics engine
     assert tc.fetchall() == [(1,)], "a transaction reads its own writes"
     pgc.execute("SELECT count(*) FROM fl_types WHERE pk = 'tx'")
     assert pgc.fetchone() == (0,), "others do not see it before COMMIT"
