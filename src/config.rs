@@ -36,6 +36,8 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     /// Arrow Flight SQL endpoint; none when unset.
     pub flight_listen: Option<SocketAddr>,
+    /// Seconds a Flight SQL bearer token stays valid.
+    pub flight_token_seconds: u64,
     /// Throttling at the scalability targets.
     pub throttle: Throttle,
     /// The partition layer.
@@ -76,6 +78,7 @@ impl Default for Settings {
             limits: Limits::default(),
             metrics_listen: None,
             flight_listen: None,
+            flight_token_seconds: 3600,
             throttle: Throttle::default(),
             partitions: Partitions::default(),
             session: SessionDefaults::default(),
@@ -322,6 +325,10 @@ pub struct ServeArgs {
     /// pgwire: same users, TLS, tables and errors [default: off].
     #[arg(long, env = "TABLEGATE_FLIGHT_LISTEN")]
     pub flight_listen: Option<SocketAddr>,
+    /// Seconds a Flight SQL bearer token (from the handshake) stays valid
+    /// [default: 3600].
+    #[arg(long, env = "TABLEGATE_FLIGHT_TOKEN_SECONDS")]
+    pub flight_token_seconds: Option<u64>,
     /// Throttling at the scalability targets: on or off [default: on].
     #[arg(long, env = "TABLEGATE_THROTTLE", value_parser = ["on", "off"])]
     pub throttle: Option<String>,
@@ -408,6 +415,7 @@ impl ServeArgs {
         if self.flight_listen.is_some() {
             s.flight_listen = self.flight_listen;
         }
+        over!(self.flight_token_seconds => s.flight_token_seconds);
         if let Some(t) = &self.throttle {
             s.throttle.enabled = t == "on";
         }
@@ -461,6 +469,9 @@ impl Settings {
                 "refusing to listen on {} with trust authentication: trust is allowed on loopback addresses only (use --auth scram)",
                 self.listen
             ));
+        }
+        if self.flight_token_seconds == 0 {
+            return Err("flight_token_seconds must be at least 1".into());
         }
         if self.throttle.enabled {
             let t = &self.throttle;

@@ -209,7 +209,7 @@ async fn start_flight(
         tls,
         session_defaults: settings.session.settings(),
         pool: server.analytics_pool(),
-        token_lifetime: tablegate_gateway::flight::TOKEN_LIFETIME,
+        token_lifetime: Duration::from_secs(settings.flight_token_seconds),
         max_sessions: settings.max_connections,
     };
     let flight =

@@ -9,6 +9,7 @@ Usage:
 
 import datetime as dt
 import sys
+import time
 import uuid
 
 import adbc_driver_flightsql.dbapi as flight
@@ -50,15 +51,18 @@ def pb_string(field, text):
     return bytes([field << 3 | 2, len(data)]) + data
 
 
-def get_primary_keys(table):
-    """CommandGetPrimaryKeys sent with pyarrow.flight alone (ADBC has no call
-    for it): a google.protobuf.Any holding the command."""
-    cmd = pb_string(3, table)
-    any_msg = pb_string(1, "type.googleapis.com/arrow.flight.protocol.sql.CommandGetPrimaryKeys")
+def raw_command(name, cmd):
+    """A Flight SQL command sent with pyarrow.flight alone (ADBC has no call
+    for some): a google.protobuf.Any holding it; its result's rows."""
+    any_msg = pb_string(1, f"type.googleapis.com/arrow.flight.protocol.sql.{name}")
     any_msg += bytes([2 << 3 | 2, len(cmd)]) + cmd
     client = paflight.FlightClient(URI)
     info = client.get_flight_info(paflight.FlightDescriptor.for_command(any_msg))
     return client.do_get(info.endpoints[0].ticket).read_all().to_pylist()
+
+
+def get_primary_keys(table):
+    return raw_command("CommandGetPrimaryKeys", pb_string(3, table))
 
 
 def trust(pg_port):
@@ -170,6 +174,8 @@ def trust(pg_port):
     assert get_primary_keys("fl_new") == []  # declared without a key
     info = conn.adbc_get_info()
     assert info["vendor_name"] == "tablegate", info
+    types = [t["type_name"] for t in raw_command("CommandGetXdbcTypeInfo", b"")]
+    assert "bigint" in types and "timestamp with time zone" in types and "uuid" in types, types
 
     # A Flight SQL transaction is one entity-group transaction.
     txn = flight.connect(URI, db_kwargs=SESSION, autocommit=False)
@@ -204,6 +210,9 @@ def secure(cert, user, password):
     cur = conn.cursor()
     cur.execute("SELECT current_user")
     assert cur.fetchall() == [(user,)]
+    # The server runs with --flight-token-seconds 3: the token expires.
+    time.sleep(3.5)
+    fails("28000", lambda: cur.execute("SELECT 1"))
     # Plaintext to the TLS port does not get in.
     try:
         flight.connect(f"grpc://127.0.0.1:{port}", db_kwargs={"username": user, "password": password},

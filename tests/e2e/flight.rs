@@ -3,7 +3,8 @@
 //! installs adbc-driver-flightsql, pyarrow and pandas): every column type
 //! read as Arrow and compared with what psycopg reads through pgwire,
 //! parameters, EXPLAIN, SQLSTATEs, 100,000 rows of bulk ingest read back,
-//! metadata, pandas, transactions; then SCRAM users over TLS.
+//! metadata, pandas, transactions; then SCRAM users over TLS and tokens
+//! that expire.
 
 use std::process::Command;
 
@@ -84,6 +85,8 @@ fn flight_sql_takes_scram_users_over_tls() {
             key.to_str().unwrap(),
             "--flight-listen",
             "127.0.0.1:0",
+            "--flight-token-seconds",
+            "3",
         ],
     );
     let flight = flight_port(&s).to_string();

@@ -35,9 +35,6 @@ use tonic::{Code, Status};
 use crate::auth::AuthMode;
 use crate::sqlstate::PgError;
 
-/// How long a bearer token from the handshake stays valid by default.
-pub const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
-
 /// Largest gRPC message a client may send (a DoPut batch), as pgwire's
 /// message limit.
 const MAX_MESSAGE_BYTES: usize = 64 << 20;

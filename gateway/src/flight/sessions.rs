@@ -2,7 +2,8 @@
 //!
 //! The handshake takes `authorization: Basic …` (user and password, checked
 //! against the same SCRAM verifiers as pgwire; any user under trust) and
-//! answers with a bearer token valid for [`super::TOKEN_LIFETIME`]. A
+//! answers with a bearer token valid for `flight_token_seconds` (an hour
+//! by default). A
 //! request with that token runs in the token's session (its settings,
 //! its BEGIN block); one inside a Flight transaction runs in the
 //! transaction's; under trust a request without a token gets a fresh
