@@ -30,6 +30,16 @@ fn rows_by_workload(md: &str) -> Vec<(String, Vec<f64>)> {
         .collect()
 }
 
+/// The names of the files in `dir`, sorted.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    files
+}
+
 /// Runs `bench/<script>` with the test's tablegate binary and `args`;
 /// returns its standard output, after checking that it succeeded.
 fn run_script(script: &str, args: &[&str]) -> String {
@@ -77,11 +87,7 @@ fn bench_script_runs_every_workload_and_writes_report_and_chart() {
     ];
     run_script("run.py", &args);
 
-    let mut files: Vec<String> = std::fs::read_dir(out.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
+    let files = file_names(out.path());
     assert_eq!(files.len(), 2, "{files:?}");
     let md_name = files.iter().find(|f| f.ends_with(".md")).expect("a .md");
     let stem = md_name.strip_suffix(".md").unwrap();
@@ -175,11 +181,7 @@ fn flight_bench_reads_every_row_through_every_path() {
         &["--rows", "3000", "--runs", "1", "--out", dir],
     );
     assert!(stdout.contains("Flight SQL ÷ tablegate pgwire"), "{stdout}");
-    let mut files: Vec<String> = std::fs::read_dir(out.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
+    let files = file_names(out.path());
     assert_eq!(files.len(), 2, "{files:?}");
     let md = std::fs::read_to_string(out.path().join(&files[0])).unwrap();
     let rows: Vec<Vec<f64>> = md

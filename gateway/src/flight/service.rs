@@ -308,6 +308,23 @@ impl FlightSql {
         }
     }
 
+    /// FlightInfo for a metadata command: its schema, and a ticket that
+    /// is the command itself (DoGet answers it from the catalog).
+    async fn metadata_info(
+        &self,
+        request: Request<FlightDescriptor>,
+        command: Any,
+        schema: &Schema,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.session(&request, None).await?;
+        let ticket = Ticket::new(command.encode_to_vec());
+        Ok(Response::new(info(
+            schema,
+            Some(ticket),
+            request.into_inner(),
+        )?))
+    }
+
     /// A prepared statement's bound parameter rows, as its types.
     fn bound_rows(stmt: &Statement, p: &Prepared) -> Result<Vec<Vec<Option<Value>>>, Status> {
         let batches = stmt.params.lock().clone();
@@ -676,14 +693,9 @@ impl FlightSqlService for FlightSql {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request, None).await?;
-        let ticket = Ticket::new(query.as_any().encode_to_vec());
+        let command = query.as_any();
         let schema = query.into_builder().schema();
-        Ok(Response::new(info(
-            &schema,
-            Some(ticket),
-            request.into_inner(),
-        )?))
+        self.metadata_info(request, command, &schema).await
     }
 
     async fn do_get_catalogs(
@@ -700,14 +712,9 @@ impl FlightSqlService for FlightSql {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request, None).await?;
-        let ticket = Ticket::new(query.as_any().encode_to_vec());
+        let command = query.as_any();
         let schema = query.into_builder().schema();
-        Ok(Response::new(info(
-            &schema,
-            Some(ticket),
-            request.into_inner(),
-        )?))
+        self.metadata_info(request, command, &schema).await
     }
 
     async fn do_get_schemas(
@@ -724,14 +731,9 @@ impl FlightSqlService for FlightSql {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request, None).await?;
-        let ticket = Ticket::new(query.as_any().encode_to_vec());
+        let command = query.as_any();
         let schema = query.into_builder().schema();
-        Ok(Response::new(info(
-            &schema,
-            Some(ticket),
-            request.into_inner(),
-        )?))
+        self.metadata_info(request, command, &schema).await
     }
 
     async fn do_get_tables(
@@ -748,14 +750,9 @@ impl FlightSqlService for FlightSql {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request, None).await?;
-        let ticket = Ticket::new(query.as_any().encode_to_vec());
+        let command = query.as_any();
         let schema = query.into_builder().schema();
-        Ok(Response::new(info(
-            &schema,
-            Some(ticket),
-            request.into_inner(),
-        )?))
+        self.metadata_info(request, command, &schema).await
     }
 
     async fn do_get_table_types(
@@ -772,14 +769,9 @@ impl FlightSqlService for FlightSql {
         query: CommandGetPrimaryKeys,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request, None).await?;
-        let ticket = Ticket::new(query.as_any().encode_to_vec());
+        let command = query.as_any();
         let schema = metadata::primary_keys_schema();
-        Ok(Response::new(info(
-            &schema,
-            Some(ticket),
-            request.into_inner(),
-        )?))
+        self.metadata_info(request, command, &schema).await
     }
 
     async fn do_get_primary_keys(
@@ -799,14 +791,9 @@ impl FlightSqlService for FlightSql {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request, None).await?;
-        let ticket = Ticket::new(query.as_any().encode_to_vec());
+        let command = query.as_any();
         let schema = query.into_builder(&metadata::SQL_INFO).schema();
-        Ok(Response::new(info(
-            &schema,
-            Some(ticket),
-            request.into_inner(),
-        )?))
+        self.metadata_info(request, command, &schema).await
     }
 
     async fn do_get_sql_info(
@@ -827,14 +814,9 @@ impl FlightSqlService for FlightSql {
         query: CommandGetXdbcTypeInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.session(&request, None).await?;
-        let ticket = Ticket::new(query.as_any().encode_to_vec());
+        let command = query.as_any();
         let schema = query.into_builder(&metadata::XDBC_TYPES).schema();
-        Ok(Response::new(info(
-            &schema,
-            Some(ticket),
-            request.into_inner(),
-        )?))
+        self.metadata_info(request, command, &schema).await
     }
 
     async fn do_get_xdbc_type_info(

@@ -249,6 +249,19 @@ impl ArrowSession {
         (outcome, derived)
     }
 
+    /// A read starting now: inside a transaction it sees the staged
+    /// writes.
+    async fn start_read<'a>(
+        &self,
+        params: &'a [Option<Value>],
+        status: TransactionStatus,
+    ) -> Result<super::Run<'a>, PgError> {
+        let h = self.h();
+        let mut run = h.start_run(params, None, status);
+        run.opts.overlay = h.overlay(&run.opts).await?;
+        Ok(run)
+    }
+
     /// A native SELECT: the scan's batches as they are made.
     async fn select(
         &self,
@@ -258,8 +271,7 @@ impl ArrowSession {
         status: TransactionStatus,
     ) -> Result<Outcome, PgError> {
         let h = self.h();
-        let mut run = h.start_run(params, None, status);
-        run.opts.overlay = h.overlay(&run.opts).await?;
+        let run = self.start_read(params, status).await?;
         let guard = StatementGuard::start(StatementClass::Other).with_text(Some(text));
         let rows = h
             .planner
@@ -283,8 +295,7 @@ impl ArrowSession {
         status: TransactionStatus,
     ) -> Result<Outcome, PgError> {
         let h = self.h();
-        let mut run = h.start_run(params, None, status);
-        run.opts.overlay = h.overlay(&run.opts).await?;
+        let run = self.start_read(params, status).await?;
         let mut guard =
             Some(StatementGuard::start(StatementClass::Analytics).with_text(Some(text)));
         let engine = h.session.engine_for_run(&h.planner).await?;
