@@ -42,6 +42,22 @@ pub enum AuthMode {
     Scram(Arc<UserStore>),
 }
 
+impl AuthMode {
+    /// Refuses to serve `what` (a protocol) on `addr` with trust unless
+    /// the address is loopback.
+    pub fn check_address(&self, addr: std::net::SocketAddr, what: &str) -> std::io::Result<()> {
+        if matches!(self, AuthMode::Trust) && !addr.ip().is_loopback() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "refusing to {what} on {addr} with trust authentication: trust is allowed on loopback addresses only (use --auth scram)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Users and their SCRAM verifiers, in the store.
 #[derive(Debug, Clone)]
 pub struct UserStore {

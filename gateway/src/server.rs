@@ -93,14 +93,7 @@ impl Server {
                 format!("invalid setting: {}", e.message),
             ));
         }
-        if matches!(config.auth, AuthMode::Trust) && !addr.ip().is_loopback() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!(
-                    "refusing to listen on {addr} with trust authentication: trust is allowed on loopback addresses only (use --auth scram)"
-                ),
-            ));
-        }
+        config.auth.check_address(addr, "listen")?;
         let listener = TcpListener::bind(addr).await?;
         // Analytics run on a runtime of their own: however busy they keep
         // it, the accept loop (and with it cancel requests, which arrive as

@@ -72,14 +72,7 @@ impl FlightServer {
         planner: Planner,
         config: FlightConfig,
     ) -> std::io::Result<FlightServer> {
-        if matches!(config.auth, AuthMode::Trust) && !addr.ip().is_loopback() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!(
-                    "refusing to serve Flight SQL on {addr} with trust authentication: trust is allowed on loopback addresses only (use --auth scram)"
-                ),
-            ));
-        }
+        config.auth.check_address(addr, "serve Flight SQL")?;
         let listener = TcpListener::bind(addr).await?;
         Ok(FlightServer {
             listener,

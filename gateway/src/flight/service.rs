@@ -41,6 +41,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::metadata;
 use super::sessions::{Sessions, Statement};
 use super::{FlightConfig, status};
+use crate::handler::copy::quote;
 use crate::handler::{ArrowSession, Batches, Outcome, Prepared};
 use crate::sqlstate::PgError;
 
@@ -151,6 +152,17 @@ fn flight_stream(schema: SchemaRef, batches: Batches) -> Response<DoGetStream> {
     Response::new(Box::pin(s))
 }
 
+/// A statement's outcome as a DoGet stream (a command's: no rows).
+fn outcome_stream(outcome: Outcome) -> Response<DoGetStream> {
+    match outcome {
+        Outcome::Rows { schema, batches } => flight_stream(schema, batches),
+        Outcome::Done { .. } => flight_stream(
+            Arc::new(Schema::empty()),
+            Box::pin(futures::stream::empty()),
+        ),
+    }
+}
+
 fn one_batch(batch: RecordBatch) -> Response<DoGetStream> {
     let schema = batch.schema();
     flight_stream(schema, Box::pin(futures::stream::iter([Ok(batch)])))
@@ -210,10 +222,6 @@ fn sql_type(dt: &DataType) -> Option<&'static str> {
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "bytea",
         _ => return None,
     })
-}
-
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 impl FlightSql {
@@ -419,13 +427,9 @@ impl FlightSqlService for FlightSql {
             TicketKind::Query { txn, sql } => {
                 let session = self.session(&request, Some(&txn)).await?;
                 let p = session.prepare(&sql).await.map_err(status)?;
-                match session.run(&p, &[], &sql).await.map_err(status)? {
-                    Outcome::Rows { schema, batches } => Ok(flight_stream(schema, batches)),
-                    Outcome::Done { .. } => Ok(flight_stream(
-                        Arc::new(Schema::empty()),
-                        Box::pin(futures::stream::empty()),
-                    )),
-                }
+                Ok(outcome_stream(
+                    session.run(&p, &[], &sql).await.map_err(status)?,
+                ))
             }
         }
     }
@@ -533,13 +537,7 @@ impl FlightSqlService for FlightSql {
         let outcome = Self::run_rows(stmt.session.clone(), p, rows, stmt.sql.clone())
             .await
             .map_err(status)?;
-        match outcome {
-            Outcome::Rows { schema, batches } => Ok(flight_stream(schema, batches)),
-            Outcome::Done { .. } => Ok(flight_stream(
-                Arc::new(Schema::empty()),
-                Box::pin(futures::stream::empty()),
-            )),
-        }
+        Ok(outcome_stream(outcome))
     }
 
     async fn do_put_prepared_statement_update(

@@ -308,7 +308,6 @@ impl ConnHandler {
             return Ok(0);
         };
         let schema = first.schema();
-        let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
         let names: Vec<String> = schema.fields().iter().map(|f| quote(f.name())).collect();
         let sql = format!("COPY {} ({}) FROM STDIN", quote(table), names.join(", "));
         let stmts = tablegate_planner::Planner::parse(&sql).map_err(|e| PgError::from(&e))?;
@@ -387,6 +386,11 @@ impl ConnHandler {
         }
         Ok(st.rows_done)
     }
+}
+
+/// `name` as a quoted SQL identifier (exactly as given).
+pub fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// A record batch's values as COPY text, column by column (`None`: NULL):
