@@ -97,16 +97,28 @@ impl SqlType {
     /// The value a stored key holds; `None` when it is not the canonical
     /// encoding of a value of this type.
     pub fn decode_key(self, key: &str) -> Option<Value> {
+        // An integer's form is canonical by construction (exactly `digits`
+        // digits, no minus zero): no re-encoding, which a scan of an
+        // integer key column would pay on every row.
         let v = match self {
             SqlType::Text => return Some(Value::String(key.to_owned())),
             SqlType::Int2 => {
-                Value::Int32(i16::try_from(decode_int(key, INT2_DIGITS)?).ok()?.into())
+                return Some(Value::Int32(
+                    i16::try_from(decode_int(key, INT2_DIGITS)?).ok()?.into(),
+                ));
             }
-            SqlType::Int4 => Value::Int32(i32::try_from(decode_int(key, INT4_DIGITS)?).ok()?),
-            SqlType::Int8 => Value::Int64(i64::try_from(decode_int(key, INT8_DIGITS)?).ok()?),
+            SqlType::Int4 => {
+                return Some(Value::Int32(
+                    i32::try_from(decode_int(key, INT4_DIGITS)?).ok()?,
+                ));
+            }
+            SqlType::Int8 => {
+                return Some(Value::Int64(
+                    i64::try_from(decode_int(key, INT8_DIGITS)?).ok()?,
+                ));
+            }
             SqlType::Timestamptz | SqlType::Timestamp => {
-                let t = chrono::DateTime::parse_from_rfc3339(key).ok()?;
-                Value::DateTime(DateTime(t.timestamp_micros()))
+                return decode_timestamp(key).map(Value::DateTime);
             }
             SqlType::Date => Value::DateTime(crate::types::parse_date(key)?),
             SqlType::Uuid => Value::Guid(*uuid::Uuid::parse_str(key).ok()?.as_bytes()),
@@ -126,15 +138,57 @@ fn encode_int(n: i128, digits: usize) -> String {
     }
 }
 
+/// `YYYY-MM-DDTHH:MM:SS.ffffffZ`, every field fixed-width and checked
+/// against its range: only the canonical form of an in-range instant
+/// parses, so, as for integers, nothing is re-encoded to compare.
+fn decode_timestamp(key: &str) -> Option<DateTime> {
+    let b = key.as_bytes();
+    if b.len() != 27 {
+        return None;
+    }
+    for (i, &c) in b.iter().enumerate() {
+        let want = match i {
+            4 | 7 => b'-',
+            10 => b'T',
+            13 | 16 => b':',
+            19 => b'.',
+            26 => b'Z',
+            _ if c.is_ascii_digit() => continue,
+            _ => return None,
+        };
+        if c != want {
+            return None;
+        }
+    }
+    let num = |from: usize, to: usize| {
+        b[from..to]
+            .iter()
+            .fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'))
+    };
+    let date = chrono::NaiveDate::from_ymd_opt(num(0, 4) as i32, num(5, 7), num(8, 10))?;
+    let time =
+        chrono::NaiveTime::from_hms_micro_opt(num(11, 13), num(14, 16), num(17, 19), num(20, 26))?;
+    let t = DateTime(date.and_time(time).and_utc().timestamp_micros());
+    t.in_range().then_some(t)
+}
+
 fn decode_int(key: &str, digits: usize) -> Option<i128> {
     let (neg, body) = match key.strip_prefix('-') {
         Some(b) => (true, b),
         None => (false, key),
     };
-    if body.len() != digits || !body.bytes().all(|b| b.is_ascii_digit()) {
+    if body.len() != digits {
         return None;
     }
-    let m: i128 = body.parse().ok()?;
+    // At most 19 digits: below 10¹⁹, which fits a u64.
+    let mut m: u64 = 0;
+    for b in body.bytes() {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        m = m * 10 + u64::from(b - b'0');
+    }
+    let m = i128::from(m);
     if neg {
         let n = m - (10i128.pow(digits as u32) - 1);
         // `-` followed by all nines would be minus zero.
@@ -222,6 +276,110 @@ mod tests {
             SqlType::Int8.encode_key(&Value::Double(3.0)).unwrap(),
             "0000000000000000003"
         );
+    }
+
+    /// Every string of the integer alphabet near the encoded width decodes
+    /// exactly when it is the encoding of the value it decodes to.
+    #[test]
+    fn integer_keys_decode_only_their_canonical_form() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for (ty, digits) in [
+            (SqlType::Int2, INT2_DIGITS),
+            (SqlType::Int4, INT4_DIGITS),
+            (SqlType::Int8, INT8_DIGITS),
+        ] {
+            for _ in 0..20_000 {
+                let len = digits - 1 + (next() % 3) as usize;
+                let mut key: String = (0..len)
+                    .map(|_| match next() % 13 {
+                        10 => '-',
+                        11 => '9',
+                        12 => '0',
+                        d => char::from(b'0' + d as u8),
+                    })
+                    .collect();
+                if next() % 2 == 0 {
+                    key.insert(0, '-');
+                }
+                match ty.decode_key(&key) {
+                    Some(v) => assert_eq!(ty.encode_key(&v).as_deref(), Some(key.as_str())),
+                    None => {
+                        let parsed: Option<i64> = key.parse().ok();
+                        if let Some(n) = parsed {
+                            assert_ne!(
+                                ty.encode_key(&Value::Int64(n)).as_deref(),
+                                Some(key.as_str())
+                            );
+                        }
+                    }
+                }
+            }
+            let max = match ty {
+                SqlType::Int2 => i64::from(i16::MAX),
+                SqlType::Int4 => i64::from(i32::MAX),
+                _ => i64::MAX,
+            };
+            for n in [-max - 1, -max, -1, 0, 1, max] {
+                let k = ty.encode_key(&Value::Int64(n)).unwrap();
+                let back = match ty.decode_key(&k) {
+                    Some(Value::Int32(i)) => i64::from(i),
+                    Some(Value::Int64(i)) => i,
+                    other => panic!("{ty:?} {k}: {other:?}"),
+                };
+                assert_eq!(back, n);
+            }
+            assert_eq!(ty.decode_key(&format!("-{}", "9".repeat(digits))), None);
+        }
+    }
+
+    /// Timestamp keys: every in-range instant round-trips, and a key with
+    /// one character changed decodes exactly when it is the canonical form
+    /// of what it decodes to (RFC 3339 parsing is the oracle).
+    #[test]
+    fn timestamp_keys_decode_only_their_canonical_form() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let span = (DateTime::MAX.0 - DateTime::MIN.0) as u64;
+        let alphabet = b"0123456789-:.TZ+ 9";
+        for round in 0..20_000 {
+            let t = match round {
+                0 => DateTime::MIN,
+                1 => DateTime::MAX,
+                _ => DateTime(DateTime::MIN.0 + (next() % span) as i64),
+            };
+            let key = SqlType::Timestamptz
+                .encode_key(&Value::DateTime(t))
+                .unwrap();
+            assert_eq!(decode_timestamp(&key), Some(t), "{key}");
+            let mut bent = key.clone().into_bytes();
+            let at = (next() % 27) as usize;
+            bent[at] = alphabet[(next() % alphabet.len() as u64) as usize];
+            let bent = String::from_utf8(bent).unwrap();
+            let oracle = chrono::DateTime::parse_from_rfc3339(&bent)
+                .ok()
+                .map(|p| DateTime(p.timestamp_micros()))
+                .filter(|d| d.in_range() && d.to_string() == bent);
+            assert_eq!(decode_timestamp(&bent), oracle, "{bent}");
+        }
+        for key in [
+            "9999-12-31T23:59:60.000000Z",
+            "1600-12-31T23:59:59.999999Z",
+            "2026-02-29T00:00:00.000000Z",
+            "2026-11-27T24:00:00.000000Z",
+        ] {
+            assert_eq!(decode_timestamp(key), None, "{key}");
+        }
     }
 
     #[test]
