@@ -38,6 +38,8 @@ pub struct Settings {
     pub flight_listen: Option<SocketAddr>,
     /// Seconds a Flight SQL bearer token stays valid.
     pub flight_token_seconds: u64,
+    /// The web console and its JSON API (`http://ADDR/`); none when unset.
+    pub http_listen: Option<SocketAddr>,
     /// Throttling at the scalability targets.
     pub throttle: Throttle,
     /// The partition layer.
@@ -79,6 +81,7 @@ impl Default for Settings {
             metrics_listen: None,
             flight_listen: None,
             flight_token_seconds: 3600,
+            http_listen: None,
             throttle: Throttle::default(),
             partitions: Partitions::default(),
             session: SessionDefaults::default(),
@@ -162,11 +165,16 @@ impl Default for Limits {
 pub struct Partitions {
     /// Partition servers range partitions are spread over.
     pub servers: usize,
+    /// Seconds per column of the console's key visualizer (it keeps 360).
+    pub keyviz_slot_seconds: u64,
 }
 
 impl Default for Partitions {
     fn default() -> Self {
-        Partitions { servers: 4 }
+        Partitions {
+            servers: 4,
+            keyviz_slot_seconds: 10,
+        }
     }
 }
 
@@ -329,6 +337,15 @@ pub struct ServeArgs {
     /// [default: 3600].
     #[arg(long, env = "TABLEGATE_FLIGHT_TOKEN_SECONDS")]
     pub flight_token_seconds: Option<u64>,
+    /// Serve the web console (key visualizer, partitions, EXPLAIN) and its
+    /// JSON API on http://ADDR/ (https with --tls-cert); same users as
+    /// pgwire [default: off].
+    #[arg(long = "http", env = "TABLEGATE_HTTP_LISTEN")]
+    pub http_listen: Option<SocketAddr>,
+    /// Seconds per column of the key visualizer's heat map (it keeps 360
+    /// columns) [default: 10].
+    #[arg(long, env = "TABLEGATE_KEYVIZ_SLOT_SECONDS")]
+    pub keyviz_slot_seconds: Option<u64>,
     /// Throttling at the scalability targets: on or off [default: on].
     #[arg(long, env = "TABLEGATE_THROTTLE", value_parser = ["on", "off"])]
     pub throttle: Option<String>,
@@ -416,6 +433,10 @@ impl ServeArgs {
             s.flight_listen = self.flight_listen;
         }
         over!(self.flight_token_seconds => s.flight_token_seconds);
+        if self.http_listen.is_some() {
+            s.http_listen = self.http_listen;
+        }
+        over!(self.keyviz_slot_seconds => s.partitions.keyviz_slot_seconds);
         if let Some(t) = &self.throttle {
             s.throttle.enabled = t == "on";
         }
@@ -485,6 +506,9 @@ impl Settings {
         if !(1..=64).contains(&self.partitions.servers) {
             return Err("partitions.servers must be from 1 to 64".into());
         }
+        if !(1..=3600).contains(&self.partitions.keyviz_slot_seconds) {
+            return Err("partitions.keyviz_slot_seconds must be from 1 to 3600".into());
+        }
         if self.engine_memory_mb == 0 {
             return Err("engine_memory_mb must be positive".into());
         }
@@ -509,6 +533,7 @@ impl Settings {
     pub fn partition_config(&self) -> tablegate_store::PartitionConfig {
         tablegate_store::PartitionConfig {
             servers: self.partitions.servers,
+            keyviz_slot: std::time::Duration::from_secs(self.partitions.keyviz_slot_seconds),
             targets: self.throttle.enabled.then_some(tablegate_store::Targets {
                 per_partition: self.throttle.per_partition,
                 per_server: self.throttle.per_server,

@@ -157,6 +157,10 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
         Some(at) => Some(start_flight(at, &server, settings).await?),
         None => None,
     };
+    let console = match settings.http_listen {
+        Some(at) => Some(start_console(at, &server, settings).await?),
+        None => None,
+    };
     if settings.backend != "azure" {
         // The default (`tablegate-data`) is relative to the working
         // directory: say where the data really is.
@@ -173,7 +177,7 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
     let served = server.run(shutdown_signal()).await.map_err(err);
-    if let Some((stop, task)) = flight {
+    for (stop, task) in [flight, console].into_iter().flatten() {
         let _ = stop.send(());
         let _ = task.await;
     }
@@ -182,19 +186,55 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
     Ok(())
 }
 
+/// A side listener's stop signal and task.
+type Stoppable = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), String>>,
+);
+
+/// Binds the web console beside `server` (its users, TLS, session settings
+/// and analytics pool) and serves it until told to stop.
+async fn start_console(
+    at: SocketAddr,
+    server: &Server,
+    settings: &Settings,
+) -> Result<Stoppable, String> {
+    let tls = match &settings.tls {
+        Some(t) => Some(tablegate_gateway::tls::acceptor(&t.cert, &t.key)?),
+        None => None,
+    };
+    let config = tablegate_gateway::console::ConsoleConfig {
+        auth: auth_mode(server.planner(), settings).await?,
+        tls,
+        session_defaults: settings.session.settings(),
+        pool: server.analytics_pool(),
+        keyviz_buckets: 1000,
+    };
+    let console =
+        tablegate_gateway::console::ConsoleServer::bind(at, server.planner().clone(), config)
+            .await
+            .map_err(|e| format!("cannot serve the console on {at}: {e}"))?;
+    let bound = console.local_addr().map_err(err)?;
+    let scheme = if settings.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    println!("console on {scheme}://{bound}/");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(console.run(async {
+        let _ = stopped.await;
+    }));
+    Ok((stop, task))
+}
+
 /// Binds the Arrow Flight SQL endpoint beside `server` (its users, TLS,
 /// session settings and analytics pool) and serves it until told to stop.
 async fn start_flight(
     at: SocketAddr,
     server: &Server,
     settings: &Settings,
-) -> Result<
-    (
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<Result<(), String>>,
-    ),
-    String,
-> {
+) -> Result<Stoppable, String> {
     let tls = match &settings.tls {
         Some(t) => {
             let read = |p: &std::path::Path| {

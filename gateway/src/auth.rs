@@ -26,6 +26,7 @@ use tablegate_store::{
 };
 
 use crate::cancel::{CancelRegistry, CancelSignal};
+use crate::sqlstate::PgError;
 
 /// The system table holding user verifiers.
 pub const USERS_TABLE: &str = "tgsys_users";
@@ -55,6 +56,49 @@ impl AuthMode {
             ));
         }
         Ok(())
+    }
+
+    /// Checks a password against the user's stored SCRAM verifier, for
+    /// protocols that receive it in the clear over TLS (Flight SQL's Basic
+    /// handshake, the console's HTTP Basic authentication). Any user
+    /// passes under trust; an unknown user fails like a wrong password
+    /// (28P01).
+    pub async fn check_password(&self, user: &str, password: &str) -> Result<(), PgError> {
+        let AuthMode::Scram(users) = self else {
+            return Ok(());
+        };
+        let denied = || {
+            PgError::invalid_password(format!(
+                "password authentication failed for user \"{user}\""
+            ))
+        };
+        let verifier = UserStore::verifier(users, user)
+            .await
+            .map_err(|e| PgError::from(&e))?;
+        let Some(ScramSecret::Verifier {
+            salt,
+            iterations,
+            stored_key,
+            ..
+        }) = verifier
+        else {
+            return Err(denied());
+        };
+        let salted = gen_salted_password(password, &salt, iterations);
+        let ScramSecret::Verifier {
+            stored_key: got, ..
+        } = ScramSecret::verifier_from_salted_password(salt, salted, iterations)
+        else {
+            return Err(denied());
+        };
+        // Compared in constant time.
+        let same = got.len() == stored_key.len()
+            && got
+                .iter()
+                .zip(&stored_key)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if same { Ok(()) } else { Err(denied()) }
     }
 }
 

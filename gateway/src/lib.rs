@@ -25,6 +25,8 @@
 //!   (a default feature; built without it, engine routes answer 0A000).
 //! - [`flight`] — Arrow Flight SQL beside pgwire (a default feature):
 //!   the same sessions and statements, results as record batches.
+//! - [`console`] — the web console and its JSON API (a default feature):
+//!   the key visualizer, partitions and servers, EXPLAIN, drawn.
 //! - [`telemetry`] — statement counters per query class, `tracing` spans,
 //!   `metrics` for the Prometheus endpoint.
 //! - [`encode`] — type mapping, value encoding, Arrow record batches to
@@ -42,6 +44,8 @@ pub mod analytics;
 pub mod auth;
 pub mod cancel;
 mod conn_io;
+#[cfg(feature = "console")]
+pub mod console;
 pub mod encode;
 #[cfg(feature = "flight")]
 pub mod flight;

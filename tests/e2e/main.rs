@@ -9,6 +9,7 @@ mod azure;
 mod bench;
 mod binary;
 mod clients;
+mod console;
 mod copy;
 mod corpus;
 mod crash;

@@ -251,6 +251,35 @@ fn metrics_endpoint_serves_prometheus_text_that_follows_queries() {
         );
         assert!(readme.contains(family), "README.md does not list {family}");
     }
+    // The shipped Grafana dashboard reads only series that exist.
+    let dashboard = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/grafana/tablegate.json"
+    ))
+    .unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
+    let exprs: Vec<&str> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap())
+        .map(|t| t["expr"].as_str().unwrap())
+        .collect();
+    assert!(exprs.len() >= 10);
+    for expr in exprs {
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if let Some(name) = word.strip_prefix("tablegate_") {
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(name);
+                assert!(
+                    helped.contains(&format!("tablegate_{family}").as_str()),
+                    "the dashboard reads tablegate_{name}, which /metrics does not serve"
+                );
+            }
+        }
+    }
 }
 
 #[test]

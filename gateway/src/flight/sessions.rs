@@ -19,12 +19,11 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use base64::Engine as _;
 use parking_lot::Mutex;
-use pgwire::api::auth::sasl::scram::{ScramSecret, gen_salted_password};
 use tablegate_planner::Planner;
 use tonic::Status;
 
 use super::{FlightConfig, status};
-use crate::auth::{AuthMode, UserStore};
+use crate::auth::AuthMode;
 use crate::cancel::CancelRegistry;
 use crate::handler::{ArrowSession, Connection, Prepared};
 use crate::sqlstate::PgError;
@@ -103,46 +102,6 @@ impl Sessions {
         Arc::new(ArrowSession::new(conn, user))
     }
 
-    /// Checks a user's password against the stored SCRAM verifier (any
-    /// user under trust). Unknown users fail like wrong passwords.
-    async fn check_password(&self, user: &str, password: &str) -> Result<(), Status> {
-        let AuthMode::Scram(users) = &self.config.auth else {
-            return Ok(());
-        };
-        let denied = || {
-            status(PgError::invalid_password(format!(
-                "password authentication failed for user \"{user}\""
-            )))
-        };
-        let verifier = UserStore::verifier(users, user)
-            .await
-            .map_err(|e| status(PgError::from(&e)))?;
-        let Some(ScramSecret::Verifier {
-            salt,
-            iterations,
-            stored_key,
-            ..
-        }) = verifier
-        else {
-            return Err(denied());
-        };
-        let salted = gen_salted_password(password, &salt, iterations);
-        let ScramSecret::Verifier {
-            stored_key: got, ..
-        } = ScramSecret::verifier_from_salted_password(salt, salted, iterations)
-        else {
-            return Err(denied());
-        };
-        // Compared in constant time.
-        let same = got.len() == stored_key.len()
-            && got
-                .iter()
-                .zip(&stored_key)
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if same { Ok(()) } else { Err(denied()) }
-    }
-
     /// The handshake: a Basic `authorization` value (or none, under trust)
     /// to a bearer token.
     pub async fn handshake(&self, authorization: Option<&str>) -> Result<String, Status> {
@@ -157,7 +116,11 @@ impl Sessions {
                 ));
             }
         };
-        self.check_password(&user, &password).await?;
+        self.config
+            .auth
+            .check_password(&user, &password)
+            .await
+            .map_err(status)?;
         let now = Instant::now();
         let mut tokens = self.tokens.lock();
         tokens.retain(|_, t| t.expires > now);
@@ -227,7 +190,11 @@ impl Sessions {
         match authorization.as_deref() {
             Some(a) if a.len() > 6 && a[..6].eq_ignore_ascii_case("basic ") => {
                 let (user, password) = basic(a)?;
-                self.check_password(&user, &password).await?;
+                self.config
+                    .auth
+                    .check_password(&user, &password)
+                    .await
+                    .map_err(status)?;
                 Ok(self.open(&user))
             }
             _ if matches!(self.config.auth, AuthMode::Trust) => Ok(self.open(DEFAULT_USER)),

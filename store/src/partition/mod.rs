@@ -15,12 +15,15 @@
 //!   moves part of it to the least-loaded server; the moving range is
 //!   offline briefly and answers ServerBusy.
 //! - [`retry`] — the retry policy callers use for ServerBusy and timeouts.
+//! - [`keyviz`] — what each PartitionKey was asked for over time (read,
+//!   written, throttled), for the console's key visualizer.
 //!
 //! Deliberately limited: a multi-partition scan page is metered against its
 //! server and the account, not against each PartitionKey it passes through
 //! (the store does not report per-partition scan counts); a page that spans
 //! several ranges of one server is metered to the range it started in.
 
+pub mod keyviz;
 pub(crate) mod load;
 pub(crate) mod map;
 pub mod sample;
@@ -43,6 +46,7 @@ use crate::lowercase;
 use crate::ops::{OpOutcome, Operation};
 use crate::query::{KeyBox, Page, PageRequest, Query};
 
+use keyviz::{History, KeyVizView, Traffic};
 use load::{LoadTracker, Meter, Pair, with_entry};
 use map::TableMap;
 use throttle::{BucketKind, Scope, Throttle};
@@ -73,6 +77,10 @@ pub struct PartitionConfig {
     pub warm_share: f64,
     /// Hot at this share of the PartitionKey target.
     pub hot_share: f64,
+    /// The key visualizer's time slot (one column of its heat map).
+    pub keyviz_slot: Duration,
+    /// Slots the key visualizer keeps (the oldest is dropped).
+    pub keyviz_slots: usize,
 }
 
 impl Default for PartitionConfig {
@@ -85,6 +93,8 @@ impl Default for PartitionConfig {
             load_window: Duration::from_secs(10),
             warm_share: 0.5,
             hot_share: 0.9,
+            keyviz_slot: Duration::from_secs(10),
+            keyviz_slots: 360,
         }
     }
 }
@@ -215,6 +225,7 @@ struct Shared {
     throttle: Throttle,
     load: Mutex<LoadTracker>,
     events: Mutex<VecDeque<BalanceEvent>>,
+    keyviz: Mutex<History>,
 }
 
 /// Where a request goes.
@@ -255,6 +266,10 @@ impl PartitionedStore {
             Err(e) => return Err(e),
         }
         let shared = Shared {
+            keyviz: Mutex::new(History::new(
+                config.keyviz_slot.as_micros().min(i64::MAX as u128) as i64,
+                config.keyviz_slots,
+            )),
             throttle: Throttle::new(config.targets.clone()),
             store,
             config,
@@ -310,6 +325,7 @@ impl PartitionedStore {
         self.shared.store.drop_table_blocking(name)?;
         let lower = name.to_ascii_lowercase();
         self.shared.maps.write().remove(&lower);
+        self.shared.keyviz.lock().forget(&lower);
         self.shared.delete_map(&lower)
     }
 
@@ -322,15 +338,16 @@ impl PartitionedStore {
 
     /// Point read, routed and throttled (costs one entity).
     pub fn get_blocking(&self, table: &str, pk: &str, rk: &str) -> Result<Option<Entity>> {
-        let route = self.shared.route(table, pk)?;
+        let route = self.shared.route_counted(table, pk, 1)?;
         let scope = Scope {
             table,
             partition: Some(pk),
             server: route.server,
         };
-        self.shared.admit(scope, 1)?;
+        self.shared.admit(scope, 1, pk)?;
         let r = self.shared.store.get_blocking(table, pk, rk);
         self.shared.charge(scope, &route, 1);
+        self.shared.traffic(table, pk, Traffic::Read, 1);
         r
     }
 
@@ -341,16 +358,17 @@ impl PartitionedStore {
             return self.shared.store.execute_blocking(table, ops);
         };
         let pk = first.keys().0.to_owned();
-        let route = self.shared.route(table, &pk)?;
+        let route = self.shared.route_counted(table, &pk, ops.len() as u64)?;
         let scope = Scope {
             table,
             partition: Some(&pk),
             server: route.server,
         };
         let cost = ops.len() as u64;
-        self.shared.admit(scope, cost)?;
+        self.shared.admit(scope, cost, &pk)?;
         let r = self.shared.store.execute_blocking(table, ops);
         self.shared.charge(scope, &route, cost);
+        self.shared.traffic(table, &pk, Traffic::Written, cost);
         if let Ok(outcomes) = &r
             && outcomes.iter().any(|o| !o.existed && o.wrote())
         {
@@ -381,14 +399,14 @@ impl PartitionedStore {
                 next_partition_key: None,
             });
         };
-        let route = self.shared.route(table, &start)?;
+        let route = self.shared.route_counted(table, &start, 1)?;
         let single = single_partition(query);
         let scope = Scope {
             table,
             partition: single,
             server: route.server,
         };
-        self.shared.admit(scope, 1)?;
+        self.shared.admit(scope, 1, &start)?;
         let mut req = req.clone();
         // The page scans no more than the buckets hold: the query pays for
         // its own reading, page by page (the next page waits for refill).
@@ -404,6 +422,19 @@ impl PartitionedStore {
         let r = self.shared.store.query_blocking(table, query, &req);
         let cost = r.as_ref().map_or(1, |p| p.scanned.max(1));
         self.shared.charge(scope, &route, cost);
+        // A page is counted at its first entity's PartitionKey (at the key
+        // its range starts from when it returned none).
+        let at = match &r {
+            Ok(p) if !p.entities.is_empty() => p.entities[0].partition_key.as_str(),
+            Ok(p) if !p.encoded.is_empty() => p.encoded.get(0).partition_key(),
+            _ => single.unwrap_or(&start),
+        };
+        let kind = if single.is_some() {
+            Traffic::Read
+        } else {
+            Traffic::Scanned
+        };
+        self.shared.traffic(table, at, kind, cost);
         r
     }
 
@@ -654,6 +685,20 @@ impl PartitionedStore {
     pub fn balance_events(&self) -> Vec<BalanceEvent> {
         self.shared.events.lock().iter().cloned().collect()
     }
+
+    /// The key visualizer's history of `table` (entities read, written and
+    /// throttled per PartitionKey per slot), in at most `max_buckets` rows.
+    pub fn key_visualizer(&self, table: &str, max_buckets: usize) -> Result<KeyVizView> {
+        let table = self.shared.check_user_table(table)?;
+        let now = self.shared.now();
+        Ok(self.shared.keyviz.lock().view(&table, max_buckets, now))
+    }
+
+    /// The clock the layer runs on, in microseconds (what balance events
+    /// and key visualizer slots are stamped with).
+    pub fn now_micros(&self) -> i64 {
+        self.shared.now()
+    }
 }
 
 /// The PartitionKey when every span of the query lies in one partition.
@@ -750,11 +795,30 @@ impl Shared {
         })
     }
 
-    fn admit(&self, scope: Scope<'_>, demand: u64) -> Result<()> {
+    /// [`Shared::route`], counting a request refused because its range is
+    /// moving as throttled traffic.
+    fn route_counted(&self, table: &str, pk: &str, demand: u64) -> Result<Route> {
+        self.route(table, pk).inspect_err(|e| {
+            if matches!(e, StoreError::ServerBusy { .. }) {
+                self.traffic(table, pk, Traffic::Throttled, demand);
+            }
+        })
+    }
+
+    /// Counts traffic for the key visualizer.
+    fn traffic(&self, table: &str, pk: &str, t: Traffic, n: u64) {
+        let now = self.now();
+        self.keyviz.lock().record(&lowercase(table), pk, t, n, now);
+    }
+
+    /// Admits `demand` entities at `scope`, whose request starts at
+    /// PartitionKey `at`; a refusal is counted against `at`.
+    fn admit(&self, scope: Scope<'_>, demand: u64, at: &str) -> Result<()> {
         let now = self.now();
         match self.throttle.admit(scope, now) {
             Ok(()) => Ok(()),
             Err(refused) => {
+                self.traffic(scope.table, at, Traffic::Throttled, demand);
                 // Refused demand still shows in the load meters: a server
                 // refusing requests is over capacity whatever it admitted.
                 let w = window_secs(self.config.balance_window)

@@ -1,0 +1,322 @@
+// The tablegate console: three pages over the JSON API (/api). No
+// framework: the DOM, a canvas and a little SVG.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const fmt = (n) => (n == null ? "" : Number(n).toLocaleString("en-US", { maximumFractionDigits: 1 }));
+const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+
+async function api(path, init) {
+  const r = await fetch(path, init);
+  const body = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
+  if (!r.ok) {
+    const e = new Error(body.error || `HTTP ${r.status}`);
+    e.sqlstate = body.sqlstate;
+    e.hint = body.hint;
+    throw e;
+  }
+  return body;
+}
+
+function status(text, bad) {
+  const s = $("#status");
+  s.textContent = text;
+  s.className = bad ? "bad" : "";
+}
+
+// ---------------------------------------------------------------- routing
+
+let timer = null;
+
+function route() {
+  const [, page, query] = location.hash.match(/^#\/(\w+)\??(.*)$/) || [null, "keys", ""];
+  const params = new URLSearchParams(query);
+  document.querySelectorAll(".page").forEach((p) => (p.hidden = p.id !== `page-${page}`));
+  document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
+  clearInterval(timer);
+  const run = { keys: keysPage, partitions: partitionsPage, explain: explainPage }[page] || keysPage;
+  run(params).catch((e) => status(`${e.message}${e.sqlstate ? ` (${e.sqlstate})` : ""}`, true));
+}
+
+window.addEventListener("hashchange", route);
+
+// ------------------------------------------------------- key visualizer
+
+let kv = null; // the last /api/keyviz answer
+
+async function keysPage(params) {
+  const tables = await api("/api/views/tables");
+  const select = $("#kv-table");
+  const wanted = params.get("table") || select.value || (tables[0] && tables[0].table_name);
+  select.innerHTML = tables.map((t) => `<option>${esc(t.table_name)}</option>`).join("");
+  if (!wanted) {
+    status("no tables yet: create one and put some load on it");
+    return;
+  }
+  select.value = wanted;
+  const metric = params.get("metric");
+  if (metric) $("#kv-metric").value = metric;
+  const load = async () => {
+    kv = await api(`/api/keyviz?table=${encodeURIComponent(select.value)}`);
+    drawKeys();
+    status(`updated ${new Date().toLocaleTimeString()}`);
+  };
+  await load();
+  timer = setInterval(() => load().catch((e) => status(e.message, true)), Math.max(2, kv.slot_seconds) * 1000);
+}
+
+$("#kv-table").addEventListener("change", () => (location.hash = `#/keys?table=${encodeURIComponent($("#kv-table").value)}`));
+$("#kv-metric").addEventListener("change", () => kv && drawKeys());
+
+function cellValue(b, s, metric) {
+  if (metric === "total") return kv.read[b][s] + kv.written[b][s] + kv.throttled[b][s];
+  return kv[metric][b][s];
+}
+
+// Absolute level of a cell: 2 when one PartitionKey in it ran at ≥ the
+// hot share of its target, 1 at ≥ the warm share.
+function level(b, s) {
+  const target = kv.partition_target;
+  if (!target) return 0;
+  const p = kv.peak[b][s];
+  return p >= kv.hot_share * target ? 2 : p >= kv.warm_share * target ? 1 : 0;
+}
+
+function colour(v, max) {
+  if (v <= 0) return "#11151c";
+  const t = Math.log1p(v) / Math.log1p(max);
+  // Dark blue → teal → yellow → white.
+  const stops = [[17, 35, 90], [20, 140, 140], [240, 200, 40], [255, 255, 240]];
+  const x = t * (stops.length - 1);
+  const i = Math.min(Math.floor(x), stops.length - 2);
+  const f = x - i;
+  const c = stops[i].map((a, k) => Math.round(a + (stops[i + 1][k] - a) * f));
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+
+function drawKeys() {
+  const metric = $("#kv-metric").value;
+  const canvas = $("#heatmap");
+  const ctx = canvas.getContext("2d");
+  const rows = kv.buckets.length;
+  const cols = kv.slots.length;
+  const W = canvas.width, H = canvas.height;
+  ctx.fillStyle = "#0b0e13";
+  ctx.fillRect(0, 0, W, H);
+  $("#kv-target").textContent = fmt(kv.partition_target || 0);
+  $("#kv-hot-share").textContent = Math.round(kv.hot_share * 100);
+  $("#kv-warm-share").textContent = Math.round(kv.warm_share * 100);
+  const host = $("#keyviz");
+  host.dataset.table = kv.table;
+  host.dataset.buckets = rows;
+  host.dataset.slots = cols;
+  if (rows === 0) {
+    ctx.fillStyle = "#8b95a5";
+    ctx.font = "16px sans-serif";
+    ctx.fillText(`no traffic on ${kv.table} yet`, 20, 40);
+    host.dataset.peaks = "[]";
+    host.dataset.hottest = "";
+    host.dataset.warnings = "0";
+    $("#hot-buckets tbody").innerHTML = "";
+    return;
+  }
+  const cw = W / cols, rh = H / rows;
+  let max = 0;
+  for (let b = 0; b < rows; b++) for (let s = 0; s < cols; s++) max = Math.max(max, cellValue(b, s, metric));
+  const peaks = [];
+  let warnings = 0;
+  for (let s = 0; s < cols; s++) {
+    let best = -1, bestV = 0;
+    for (let b = 0; b < rows; b++) {
+      const v = cellValue(b, s, metric);
+      if (v > bestV) { bestV = v; best = b; }
+      ctx.fillStyle = colour(v, max || 1);
+      ctx.fillRect(s * cw, b * rh, Math.ceil(cw), Math.ceil(rh));
+    }
+    peaks.push(best);
+  }
+  // Absolute warnings, drawn over the colour scale.
+  ctx.lineWidth = 2;
+  for (let b = 0; b < rows; b++) for (let s = 0; s < cols; s++) {
+    const l = level(b, s);
+    if (!l) continue;
+    warnings++;
+    ctx.strokeStyle = l === 2 ? "#ff3b30" : "#ff9f0a";
+    ctx.strokeRect(s * cw + 1, b * rh + 1, Math.max(cw - 2, 1), Math.max(rh - 2, 1));
+  }
+  // Range-partition boundaries: a line above the first bucket at or past
+  // each range's lower bound.
+  ctx.font = "11px sans-serif";
+  for (const r of kv.ranges) {
+    const b = kv.buckets.findIndex((k) => k.first >= r.lo);
+    if (b < 0) continue;
+    ctx.strokeStyle = "rgba(255,255,255,0.55)";
+    ctx.setLineDash([4, 3]);
+    ctx.beginPath();
+    ctx.moveTo(0, b * rh);
+    ctx.lineTo(W, b * rh);
+    ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.fillStyle = "#e8edf5";
+    ctx.fillText(`server ${r.server}`, W - 70, b * rh + 12);
+  }
+  // Balancer events: a diamond at their time and key.
+  const t0 = Date.parse(kv.slots[0]);
+  for (const e of kv.events) {
+    const s = Math.floor((Date.parse(e.at) - t0) / (kv.slot_seconds * 1000));
+    const b = Math.max(0, kv.buckets.findIndex((k) => k.last >= e.key));
+    if (s < 0 || s >= cols) continue;
+    const x = s * cw + cw / 2, y = b * rh + rh / 2;
+    ctx.fillStyle = e.kind === "split" ? "#bf5af2" : "#64d2ff";
+    ctx.beginPath();
+    ctx.moveTo(x, y - 6); ctx.lineTo(x + 6, y); ctx.lineTo(x, y + 6); ctx.lineTo(x - 6, y); ctx.fill();
+  }
+  host.dataset.peaks = JSON.stringify(peaks);
+  host.dataset.warnings = String(warnings);
+  // Axis: a label every few rows.
+  const every = Math.max(1, Math.ceil(rows / 16));
+  $("#kv-axis").innerHTML = kv.buckets
+    .map((k, b) => (b % every ? "" : `<div style="top:${(b * rh).toFixed(1)}px">${esc(k.first_label)}</div>`))
+    .join("");
+  $("#kv-time").textContent =
+    `${cols} slots of ${kv.slot_seconds} s, ${kv.slots[0]} → now` + (kv.coarse ? " · some rows merge keys by prefix (more keys than the budget)" : "");
+  // The busiest ranges over the whole history.
+  const totals = kv.buckets.map((k, b) => {
+    let read = 0, written = 0, throttled = 0, peak = 0, lv = 0;
+    for (let s = 0; s < cols; s++) {
+      read += kv.read[b][s]; written += kv.written[b][s]; throttled += kv.throttled[b][s];
+      peak = Math.max(peak, kv.peak[b][s]); lv = Math.max(lv, level(b, s));
+    }
+    return { k, b, read, written, throttled, peak, lv, sum: read + written + throttled };
+  });
+  totals.sort((x, y) => y.sum - x.sum);
+  host.dataset.hottest = totals.length && totals[0].sum > 0 ? totals[0].k.peak_key : "";
+  $("#hot-buckets tbody").innerHTML = totals.slice(0, 10).filter((t) => t.sum > 0).map((t) => `
+    <tr data-bucket="${t.b}"><td>${esc(t.k.first_label)}${t.k.keys > 1 ? ` … ${esc(t.k.last_label)} (${t.k.keys})` : ""}</td>
+    <td>${esc(t.k.peak_key)}</td><td>${t.k.server ?? ""}</td><td>${fmt(t.peak)}</td>
+    <td>${fmt(t.read)}</td><td>${fmt(t.written)}</td><td>${fmt(t.throttled)}</td>
+    <td class="lv${t.lv}">${["", "warm", "hot"][t.lv]}</td></tr>`).join("");
+  $("#kv-events").innerHTML = kv.events.length
+    ? kv.events.map((e) => `<li>${esc(e.at)}: ${e.kind === "split" ? `split at ${esc(e.key)}` : `moved the range from ${esc(e.key)}: server ${e.from} → ${e.to}`}</li>`).join("")
+    : "<li class=muted>no splits or moves</li>";
+}
+
+$("#heatmap").addEventListener("mousemove", (ev) => {
+  if (!kv || !kv.buckets.length) return;
+  const c = ev.target, r = c.getBoundingClientRect();
+  const s = Math.floor(((ev.clientX - r.left) / r.width) * kv.slots.length);
+  const b = Math.floor(((ev.clientY - r.top) / r.height) * kv.buckets.length);
+  const k = kv.buckets[b];
+  if (!k || s < 0 || s >= kv.slots.length) return;
+  const tip = $("#kv-tip");
+  tip.hidden = false;
+  tip.style.left = `${ev.clientX - r.left + 14}px`;
+  tip.style.top = `${ev.clientY - r.top + 14}px`;
+  tip.innerHTML = `<b>${esc(k.first_label)}${k.keys > 1 ? ` … ${esc(k.last_label)}` : ""}</b> (${k.keys} key${k.keys > 1 ? "s" : ""}, server ${k.server ?? "?"})<br>
+    ${esc(kv.slots[s])}<br>read ${fmt(kv.read[b][s])}/s · written ${fmt(kv.written[b][s])}/s · throttled ${fmt(kv.throttled[b][s])}/s<br>
+    busiest key ${fmt(kv.peak[b][s])}/s of a ${fmt(kv.partition_target)}/s target`;
+});
+$("#heatmap").addEventListener("mouseleave", () => ($("#kv-tip").hidden = true));
+
+// ------------------------------------------------------------ partitions
+
+function table(el, rows, columns) {
+  if (!rows.length) {
+    el.innerHTML = `<tr><td class="muted">none</td></tr>`;
+    return;
+  }
+  const cols = columns || Object.keys(rows[0]);
+  el.innerHTML = `<thead><tr>${cols.map((c) => `<th>${esc(c)}</th>`).join("")}</tr></thead><tbody>` +
+    rows.map((r) => `<tr>${cols.map((c) => `<td>${esc(typeof r[c] === "number" ? fmt(r[c]) : r[c])}</td>`).join("")}</tr>`).join("") +
+    "</tbody>";
+}
+
+async function partitionsPage() {
+  const load = async () => {
+    const [servers, hot, patterns, ranges, throttles] = await Promise.all(
+      ["servers", "hot_partitions", "insert_patterns", "range_partitions", "throttle_counters"].map((v) => api(`/api/views/${v}`)));
+    const svg = $("#servers-chart");
+    const bar = 26, w = 520;
+    svg.setAttribute("height", servers.length * (bar + 8) + 10);
+    svg.innerHTML = servers.map((s, i) => {
+      const share = s.capacity_per_sec ? Math.min(s.load_per_sec / s.capacity_per_sec, 1.5) : 0;
+      const y = i * (bar + 8) + 4;
+      const colour = share >= 0.9 ? "#ff3b30" : share >= 0.5 ? "#ff9f0a" : "#30d158";
+      return `<g data-server="${s.server}"><text x="0" y="${y + 17}">server ${s.server}</text>
+        <rect x="80" y="${y}" width="${w}" height="${bar}" fill="#1c2330"/>
+        <rect x="80" y="${y}" width="${(w * share) / 1.5}" height="${bar}" fill="${colour}"/>
+        <line x1="${80 + w / 1.5}" x2="${80 + w / 1.5}" y1="${y - 2}" y2="${y + bar + 2}" stroke="#e8edf5"/>
+        <text x="${90 + w}" y="${y + 17}">${fmt(s.load_per_sec)}/s of ${fmt(s.capacity_per_sec)}/s · ${s.range_partitions} ranges</text></g>`;
+    }).join("");
+    table($("#hot-partitions"), hot, ["table_name", "partition_key", "load_per_sec", "target_per_sec", "level"]);
+    table($("#insert-patterns"), patterns, ["table_name", "pattern", "share", "inserts", "advice"]);
+    table($("#range-partitions"), ranges,
+      ["table_name", "lower_bound", "upper_bound", "server", "entities", "partition_keys", "load_per_sec", "offline"]);
+    table($("#throttle-counters"), throttles, ["scope", "target_per_sec", "throttled"]);
+    status(`updated ${new Date().toLocaleTimeString()}`);
+  };
+  await load();
+  timer = setInterval(() => load().catch((e) => status(e.message, true)), 5000);
+}
+
+// --------------------------------------------------------------- EXPLAIN
+
+async function explainPage(params) {
+  if (params.get("sql")) $("#ex-sql").value = params.get("sql");
+  if (params.get("run")) await explain(params.get("run") === "analyze");
+}
+
+async function explain(analyze) {
+  const out = $("#ex-out");
+  out.innerHTML = "<p class=muted>…</p>";
+  let r;
+  try {
+    r = await api("/api/explain", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ sql: $("#ex-sql").value, analyze }),
+    });
+  } catch (e) {
+    out.innerHTML = `<div class="error" data-sqlstate="${esc(e.sqlstate)}"><b>ERROR ${esc(e.sqlstate)}</b> ${esc(e.message)}${e.hint ? `<br>HINT: ${esc(e.hint)}` : ""}</div>`;
+    return;
+  }
+  if (!r.plan) {
+    out.innerHTML = `<pre>${esc(r.text.join("\n"))}</pre>`;
+    return;
+  }
+  const p = r.plan[0].Plan;
+  const scanned = analyze ? p["Actual Entities Scanned"] : p["Estimated Entities Scanned"];
+  const returned = analyze ? p["Actual Entities Returned"] : p["Estimated Entities Returned"];
+  const share = scanned ? Math.min(returned / scanned, 1) : 1;
+  const spans = Array.isArray(p["Key Spans"]) ? p["Key Spans"] : [p["Key Spans"]];
+  out.innerHTML = `
+    <div class="plan" data-class="${esc(p.Class)}">
+      <div class="badge class-${esc(p.Class)}" id="ex-class">${esc(p.Class)}</div> <span class="muted">${esc(p.Rating)}</span>
+      <div>${esc(p["Relation Name"])} · ${esc(p.Route)}</div>
+      <svg width="620" height="64" id="ex-bar">
+        <text x="0" y="14">entities scanned ${fmt(scanned)} → returned ${fmt(returned)} (${analyze ? "actual" : "estimated"})</text>
+        <rect x="0" y="22" width="600" height="16" fill="#3a4456"/>
+        <rect x="0" y="22" width="${(600 * share).toFixed(1)}" height="16" fill="#30d158"/>
+        <text x="0" y="58">${share < 1 ? `${fmt((1 - share) * 100)}% of what is read is thrown away` : "everything read is returned"}</text>
+      </svg>
+      <dl class="facts">
+        <dt>store requests</dt><dd>${fmt(p["Estimated Store Requests"])}</dd>
+        <dt>pages</dt><dd>${fmt(analyze ? p["Actual Pages"] : p["Estimated Pages"])}</dd>
+        <dt>PartitionKeys</dt><dd>${fmt(p["Estimated Partitions"])}</dd>
+        <dt>range partitions</dt><dd>${fmt(p["Estimated Range Partitions"])}</dd>
+        <dt>servers</dt><dd>${fmt(analyze ? p["Actual Servers"] : p["Estimated Servers"])}</dd>
+        <dt>minimum time at the targets</dt><dd>${p["Minimum Seconds At Targets"] == null ? "unknown" : `${fmt(p["Minimum Seconds At Targets"] * 1000)} ms`}</dd>
+        ${analyze ? `<dt>elapsed</dt><dd>${fmt(p["Actual Elapsed Seconds"] * 1000)} ms</dd><dt>throttled retries</dt><dd>${fmt(p["Actual Throttled Retries"])}</dd>` : ""}
+      </dl>
+      <h4>Key spans pushed to the store</h4>
+      <ul>${spans.map((s) => `<li><code>${esc(s)}</code></li>`).join("")}</ul>
+      ${p["Residual Filter"] ? `<h4>Filter</h4><code>${esc(p["Residual Filter"])}</code>` : ""}
+      <h4>Advice</h4>
+      <ul id="ex-advice">${(p.Advice || []).map((a) => `<li>${esc(a)}</li>`).join("") || "<li class=muted>none</li>"}</ul>
+    </div>`;
+}
+
+$("#ex-run").addEventListener("click", () => explain(false));
+$("#ex-analyze").addEventListener("click", () => explain(true));
+
+route();
