@@ -192,6 +192,16 @@ type Stoppable = (
     tokio::task::JoinHandle<Result<(), String>>,
 );
 
+/// Runs a side listener (`run` given the future that completes when it
+/// must stop) until the returned sender says so.
+fn until_stopped<F>(run: impl FnOnce(tokio::sync::oneshot::Receiver<()>) -> F) -> Stoppable
+where
+    F: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    (stop, tokio::spawn(run(stopped)))
+}
+
 /// Binds the web console beside `server` (its users, TLS, session settings
 /// and analytics pool) and serves it until told to stop.
 async fn start_console(
@@ -221,11 +231,11 @@ async fn start_console(
         "http"
     };
     println!("console on {scheme}://{bound}/");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(console.run(async {
-        let _ = stopped.await;
-    }));
-    Ok((stop, task))
+    Ok(until_stopped(|stopped| {
+        console.run(async {
+            let _ = stopped.await;
+        })
+    }))
 }
 
 /// Binds the Arrow Flight SQL endpoint beside `server` (its users, TLS,
@@ -263,11 +273,11 @@ async fn start_flight(
         "grpc"
     };
     println!("Arrow Flight SQL on {scheme}://{bound}");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(flight.run(async {
-        let _ = stopped.await;
-    }));
-    Ok((stop, task))
+    Ok(until_stopped(|stopped| {
+        flight.run(async {
+            let _ = stopped.await;
+        })
+    }))
 }
 
 /// The Unix-domain socket beside `addr`, when `dir` is set and usable; a

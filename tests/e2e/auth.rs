@@ -127,14 +127,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn trust_is_refused_on_a_non_loopback_address() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
-        .args(["serve", "--listen", "0.0.0.0:0", "--data"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = super::server::serve_refused(&["--listen", "0.0.0.0:0"]);
     assert!(
         stderr.contains("trust is allowed on loopback addresses only"),
         "{stderr}"

@@ -5,36 +5,19 @@
 //! flagged against its target, an append-only load climbs the key space,
 //! EXPLAIN shows the right class; then SCRAM users and trust off loopback.
 
-use std::process::Command;
-
-use super::server::TestServer;
+use super::server::{TestServer, python_client, serve_refused};
 
 /// The console port a server printed at start-up.
 fn console_port(s: &TestServer) -> u16 {
-    let lines = s.stdout.lock().unwrap();
-    lines
-        .iter()
-        .find_map(|l| l.split_once("console on http://").map(|(_, url)| url))
-        .and_then(|url| url.trim_end_matches('/').rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no console address in {lines:?}"))
+    s.printed_port("console on http://")
 }
 
 fn script(args: &[&str]) {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
-    let out = Command::new("python3")
-        .arg(format!("{dir}/console_client.py"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("python3 runs");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success() && stdout.ends_with("console ok\n"),
-        "console_client.py {args:?} failed (apt-get install chromium: .ci/run does):\n{stdout}\n{stderr}"
+    python_client(
+        "console_client.py",
+        args,
+        "console ok\n",
+        "apt-get install chromium: .ci/run does",
     );
 }
 
@@ -43,7 +26,14 @@ fn the_console_draws_the_workload_where_it_went() {
     let dir = tempfile::tempdir().unwrap();
     let s = TestServer::serve_in(
         dir.path(),
-        &["--http", "127.0.0.1:0", "--keyviz-slot-seconds", "1"],
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--keyviz-slot-seconds",
+            "1",
+            "--partition-target",
+            "1000",
+        ],
     );
     let (http, pg) = (console_port(&s).to_string(), s.port.to_string());
     let mut args = vec!["workload", &http, &pg];
@@ -71,15 +61,7 @@ fn the_console_asks_scram_users_for_their_password() {
 
 #[test]
 fn the_console_with_trust_is_refused_on_a_non_loopback_address() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--unix-socket-dir", ""])
-        .args(["--http", "0.0.0.0:0", "--data"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = serve_refused(&["--listen", "127.0.0.1:0", "--http", "0.0.0.0:0"]);
     assert!(
         stderr.contains("refusing to serve the console on 0.0.0.0:0 with trust authentication"),
         "{stderr}"

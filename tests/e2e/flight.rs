@@ -8,34 +8,19 @@
 
 use std::process::Command;
 
-use super::server::TestServer;
+use super::server::{TestServer, python_client, serve_refused};
 
 /// The Flight SQL port a server printed at start-up.
 fn flight_port(s: &TestServer) -> u16 {
-    let lines = s.stdout.lock().unwrap();
-    lines
-        .iter()
-        .find_map(|l| l.split_once("Arrow Flight SQL on ").map(|(_, url)| url))
-        .and_then(|url| url.rsplit(':').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no Flight SQL address in {lines:?}"))
+    s.printed_port("Arrow Flight SQL on ")
 }
 
 fn script(args: &[&str]) {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
-    let out = Command::new("python3")
-        .arg(format!("{dir}/flight_client.py"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("python3 runs");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success() && stdout.ends_with("flight ok\n"),
-        "flight_client.py {args:?} failed (pip install adbc-driver-flightsql pyarrow pandas: .ci/run does):\n{stdout}\n{stderr}"
+    python_client(
+        "flight_client.py",
+        args,
+        "flight ok\n",
+        "pip install adbc-driver-flightsql pyarrow pandas: .ci/run does",
     );
 }
 
@@ -101,15 +86,7 @@ fn flight_sql_takes_scram_users_over_tls() {
 
 #[test]
 fn flight_sql_with_trust_is_refused_on_a_non_loopback_address() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tablegate"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--unix-socket-dir", ""])
-        .args(["--flight-listen", "0.0.0.0:0", "--data"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = serve_refused(&["--listen", "127.0.0.1:0", "--flight-listen", "0.0.0.0:0"]);
     assert!(
         stderr.contains("refusing to serve Flight SQL on 0.0.0.0:0 with trust authentication"),
         "{stderr}"

@@ -251,7 +251,9 @@ fn metrics_endpoint_serves_prometheus_text_that_follows_queries() {
         );
         assert!(readme.contains(family), "README.md does not list {family}");
     }
-    // The shipped Grafana dashboard reads only series that exist.
+    // The shipped Grafana dashboard reads only series that exist: served
+    // now, or documented (a gauge such as the hottest partitions' appears
+    // only once one is warm).
     let dashboard = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/docs/grafana/tablegate.json"
@@ -273,8 +275,11 @@ fn metrics_endpoint_serves_prometheus_text_that_follows_queries() {
                     .iter()
                     .find_map(|s| name.strip_suffix(s))
                     .unwrap_or(name);
+                let family = format!("tablegate_{family}");
                 assert!(
-                    helped.contains(&format!("tablegate_{family}").as_str()),
+                    helped.contains(&family.as_str())
+                        || readme.contains(&format!("| `{family}{{"))
+                        || readme.contains(&format!("| `{family}`")),
                     "the dashboard reads tablegate_{name}, which /metrics does not serve"
                 );
             }

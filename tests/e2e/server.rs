@@ -133,6 +133,19 @@ impl TestServer {
         }
     }
 
+    /// The port of the address the server printed after `label` at
+    /// start-up (`Arrow Flight SQL on grpc://127.0.0.1:PORT`, `console on
+    /// http://127.0.0.1:PORT/`).
+    pub fn printed_port(&self, label: &str) -> u16 {
+        let lines = self.stdout.lock().unwrap();
+        lines
+            .iter()
+            .find_map(|l| l.split_once(label).map(|(_, url)| url))
+            .and_then(|url| url.trim_end_matches('/').rsplit(':').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no \"{label}\" address in {lines:?}"))
+    }
+
     /// tokio-postgres connection string.
     pub fn conn_str(&self) -> String {
         format!(
@@ -167,6 +180,62 @@ impl Drop for TestServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `python3 tests/clients/SCRIPT ARGS`, which must succeed and end
+/// its output with `done`; `needs` says what to install when it cannot.
+pub fn python_client(script: &str, args: &[&str], done: &str, needs: &str) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
+    let out = Command::new("python3")
+        .arg(format!("{dir}/{script}"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("python3 runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.ends_with(done),
+        "{script} {args:?} failed ({needs}):\n{stdout}\n{stderr}"
+    );
+}
+
+/// `tablegate serve` with `args` under trust, which must refuse to start;
+/// its stderr.
+pub fn serve_refused(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tablegate"))
+        .args(["serve", "--unix-socket-dir", ""])
+        .args(args)
+        .arg("--data")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server started with {args:?} and kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "the server started with {args:?}");
+    let mut stderr = String::new();
+    use std::io::Read as _;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    stderr
 }
 
 /// psql connected to the test server as `tablegate` (no psqlrc); callers

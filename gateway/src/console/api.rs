@@ -171,6 +171,13 @@ pub async fn keyviz(
     State(console): State<Arc<Console>>,
     Query(req): Query<KeyVizRequest>,
 ) -> Response {
+    // Range statistics are read from the store with blocking calls.
+    tokio::task::spawn_blocking(move || keyviz_blocking(&console, req))
+        .await
+        .unwrap_or_else(|e| error_response(&PgError::internal(e)))
+}
+
+fn keyviz_blocking(console: &Console, req: KeyVizRequest) -> Response {
     let planner = &console.planner;
     let def = match planner.catalog().table(&req.table) {
         Ok(d) => d,

@@ -36,7 +36,7 @@ use tokio::sync::mpsc;
 
 use crate::auth::AuthMode;
 use crate::cancel::CancelRegistry;
-use crate::handler::{ArrowSession, Connection};
+use crate::handler::ArrowSession;
 use crate::sqlstate::PgError;
 use crate::tls::Tls;
 
@@ -74,14 +74,15 @@ struct User(String);
 impl Console {
     /// A fresh session for one request.
     fn session(&self, user: &str) -> ArrowSession {
-        let conn = Connection::new(
-            self.planner.clone(),
-            self.registry.clone(),
-            self.config.auth.clone(),
+        let c = &self.config;
+        ArrowSession::open(
+            &self.planner,
+            &self.registry,
+            &c.auth,
+            &c.pool,
+            &c.session_defaults,
+            user,
         )
-        .analytics_pool(self.config.pool.clone())
-        .session_defaults(&self.config.session_defaults);
-        ArrowSession::new(conn, user)
     }
 }
 
@@ -101,6 +102,14 @@ impl ConsoleServer {
         config: ConsoleConfig,
     ) -> std::io::Result<ConsoleServer> {
         config.auth.check_address(addr, "serve the console")?;
+        if config.tls.is_none() && !addr.ip().is_loopback() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "refusing to serve the console on {addr} without TLS: passwords (HTTP Basic) would cross the network in clear (use --tls-cert and --tls-key, or a loopback address)"
+                ),
+            ));
+        }
         let listener = TcpListener::bind(addr).await?;
         Ok(ConsoleServer {
             listener,
@@ -165,6 +174,19 @@ async fn authenticate(
     next: Next,
 ) -> Response {
     let user = match &console.config.auth {
+        // Trust is served on loopback only; a page of another site that
+        // reaches it through a name resolving to loopback (DNS rebinding)
+        // sends that name as its Host, and is turned away.
+        AuthMode::Trust if !loopback_host(&req) => {
+            return (
+                StatusCode::FORBIDDEN,
+                axum::Json(serde_json::json!({
+                    "error": "under trust authentication the console answers only requests addressed to a loopback host (localhost, 127.0.0.1, [::1])",
+                    "sqlstate": "28000",
+                })),
+            )
+                .into_response();
+        }
         AuthMode::Trust => DEFAULT_USER.to_owned(),
         auth => {
             let Some((user, password)) = req
@@ -175,14 +197,37 @@ async fn authenticate(
             else {
                 return challenge("the console needs a user and password (HTTP Basic)");
             };
-            if let Err(e) = auth.check_password(&user, &password).await {
-                return challenge(&e.message);
+            match auth.check_password(&user, &password).await {
+                Ok(()) => {}
+                Err(e) if e.code.starts_with("28") => return challenge(&e.message),
+                // The users table could not be read: not the password's fault.
+                Err(e) => return error_response(&e),
             }
             user
         }
     };
     req.extensions_mut().insert(User(user));
     next.run(req).await
+}
+
+/// Whether the request's Host names a loopback address.
+fn loopback_host(req: &Request) -> bool {
+    let Some(host) = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        // HTTP/1.0 without Host: no name was resolved to reach us.
+        return true;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// 401 with a Basic challenge, so that a browser asks for the password.
@@ -319,6 +364,33 @@ mod tests {
         assert_eq!(basic(&v), Some(("ann".into(), "pa:ss".into())));
         assert_eq!(basic("Bearer abc"), None);
         assert_eq!(basic("Basic !!!"), None);
+    }
+
+    #[test]
+    fn only_loopback_hosts_pass_under_trust() {
+        let req = |host: Option<&str>| {
+            let mut b = Request::builder().uri("/");
+            if let Some(h) = host {
+                b = b.header(header::HOST, h);
+            }
+            loopback_host(&b.body(axum::body::Body::empty()).unwrap())
+        };
+        for ok in [
+            None,
+            Some("localhost:8080"),
+            Some("127.0.0.1:1"),
+            Some("[::1]:80"),
+            Some("LOCALHOST"),
+        ] {
+            assert!(req(ok), "{ok:?}");
+        }
+        for bad in [
+            Some("evil.example:8080"),
+            Some("10.0.0.1"),
+            Some("localhost.evil.example"),
+        ] {
+            assert!(!req(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ use tonic::Status;
 use super::{FlightConfig, status};
 use crate::auth::AuthMode;
 use crate::cancel::CancelRegistry;
-use crate::handler::{ArrowSession, Connection, Prepared};
+use crate::handler::{ArrowSession, Prepared};
 use crate::sqlstate::PgError;
 
 /// Results kept for a ticket at most this long, and at most this many.
@@ -92,14 +92,15 @@ impl Sessions {
 
     /// A new session for `user`.
     fn open(&self, user: &str) -> Arc<ArrowSession> {
-        let conn = Connection::new(
-            self.planner.clone(),
-            self.registry.clone(),
-            self.config.auth.clone(),
-        )
-        .analytics_pool(self.config.pool.clone())
-        .session_defaults(&self.config.session_defaults);
-        Arc::new(ArrowSession::new(conn, user))
+        let c = &self.config;
+        Arc::new(ArrowSession::open(
+            &self.planner,
+            &self.registry,
+            &c.auth,
+            &c.pool,
+            &c.session_defaults,
+            user,
+        ))
     }
 
     /// The handshake: a Basic `authorization` value (or none, under trust)

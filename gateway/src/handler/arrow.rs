@@ -86,6 +86,23 @@ impl ArrowSession {
         }
     }
 
+    /// A fresh session for `user` on a side protocol (Flight SQL, the
+    /// console): a connection over the server's planner, users, analytics
+    /// pool and session defaults, as pgwire makes one per client.
+    pub fn open(
+        planner: &Planner,
+        registry: &Arc<crate::cancel::CancelRegistry>,
+        auth: &crate::auth::AuthMode,
+        pool: &crate::analytics::Pool,
+        defaults: &[(String, String)],
+        user: &str,
+    ) -> Self {
+        let conn = Connection::new(planner.clone(), registry.clone(), auth.clone())
+            .analytics_pool(pool.clone())
+            .session_defaults(defaults);
+        ArrowSession::new(conn, user)
+    }
+
     fn h(&self) -> &ConnHandler {
         &self.conn.handler
     }
@@ -101,7 +118,7 @@ impl ArrowSession {
         let stmts = Planner::parse(sql).map_err(|e| PgError::from(&e))?;
         let [stmt] = stmts.as_slice() else {
             return Err(PgError::syntax_error(format!(
-                "a Flight SQL statement is one SQL statement; this text holds {}",
+                "one SQL statement is expected here; this text holds {}",
                 stmts.len()
             ))
             .hint("send the statements one at a time"));

@@ -236,20 +236,27 @@ impl History {
     /// `table`'s history over the kept slots up to now, its keys merged into
     /// at most `max_buckets` rows of about equally many keys.
     pub(crate) fn view(&self, table: &str, max_buckets: usize, now: i64) -> KeyVizView {
-        let last = self.slot_start(now);
+        // The newest slot may be past `now` (a clock read before another
+        // request started a slot, or a clock that stepped back).
+        let last = self
+            .ring
+            .back()
+            .map_or(i64::MIN, |s| s.start)
+            .max(self.slot_start(now));
         let first = self
             .ring
             .iter()
             .find(|s| s.tables.contains_key(table))
             .map_or(last, |s| s.start)
-            .max(last - (self.slots as i64 - 1) * self.slot_micros);
+            .clamp(last - (self.slots as i64 - 1) * self.slot_micros, last);
         let columns = ((last - first) / self.slot_micros + 1) as usize;
         let slot_starts: Vec<i64> = (0..columns)
             .map(|i| first + i as i64 * self.slot_micros)
             .collect();
         let mut keys: BTreeMap<&str, usize> = BTreeMap::new();
         let mut coarse = false;
-        for s in &self.ring {
+        let kept = || self.ring.iter().filter(|s| s.start >= first);
+        for s in kept() {
             if let Some(k) = s.tables.get(table) {
                 coarse |= k.cut.is_some();
                 keys.extend(k.counts.keys().map(|k| (k.as_str(), 0)));
@@ -276,7 +283,7 @@ impl History {
         let mut cells = vec![vec![Counts::default(); columns]; buckets.len()];
         let mut peak = vec![vec![0u64; columns]; buckets.len()];
         let mut totals: HashMap<&str, u64> = HashMap::new();
-        for s in self.ring.iter().filter(|s| s.start >= first) {
+        for s in kept() {
             let Some(k) = s.tables.get(table) else {
                 continue;
             };
@@ -388,6 +395,20 @@ mod tests {
         assert!(firsts.windows(2).all(|w| w[0] < w[1]));
         assert!(firsts.iter().all(|k| k.starts_with("tenant")));
         assert!(cut("né", 2) == "n");
+    }
+
+    /// A view asked with a clock behind the newest slot (read before
+    /// another request started it, or stepped back) still covers it.
+    #[test]
+    fn a_view_behind_the_newest_slot_covers_it() {
+        let mut h = History::new(SEC, 5);
+        h.record("t", "a", Traffic::Read, 1, 3 * SEC);
+        h.record("t", "a", Traffic::Read, 2, 4 * SEC);
+        let v = h.view("t", 10, 3 * SEC);
+        assert_eq!(v.slot_starts, vec![3 * SEC, 4 * SEC]);
+        assert_eq!(v.cells[0][1].read, 2);
+        let v = h.view("t", 10, -100 * SEC);
+        assert_eq!(v.slot_starts.last(), Some(&(4 * SEC)));
     }
 
     #[test]

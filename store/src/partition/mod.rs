@@ -690,8 +690,8 @@ impl PartitionedStore {
     /// throttled per PartitionKey per slot), in at most `max_buckets` rows.
     pub fn key_visualizer(&self, table: &str, max_buckets: usize) -> Result<KeyVizView> {
         let table = self.shared.check_user_table(table)?;
-        let now = self.shared.now();
-        Ok(self.shared.keyviz.lock().view(&table, max_buckets, now))
+        let history = self.shared.keyviz.lock();
+        Ok(history.view(&table, max_buckets, self.shared.now()))
     }
 
     /// The clock the layer runs on, in microseconds (what balance events

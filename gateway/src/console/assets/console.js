@@ -27,15 +27,23 @@ function status(text, bad) {
 // ---------------------------------------------------------------- routing
 
 let timer = null;
+// Bumped on every navigation: a page whose first load finishes after the
+// user moved on starts no polling.
+let generation = 0;
+
+function poll(gen, load, ms) {
+  if (gen === generation) timer = setInterval(() => load().catch((e) => status(e.message, true)), ms);
+}
 
 function route() {
+  generation++;
   const [, page, query] = location.hash.match(/^#\/(\w+)\??(.*)$/) || [null, "keys", ""];
   const params = new URLSearchParams(query);
   document.querySelectorAll(".page").forEach((p) => (p.hidden = p.id !== `page-${page}`));
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
   clearInterval(timer);
   const run = { keys: keysPage, partitions: partitionsPage, explain: explainPage }[page] || keysPage;
-  run(params).catch((e) => status(`${e.message}${e.sqlstate ? ` (${e.sqlstate})` : ""}`, true));
+  run(params, generation).catch((e) => status(`${e.message}${e.sqlstate ? ` (${e.sqlstate})` : ""}`, true));
 }
 
 window.addEventListener("hashchange", route);
@@ -44,7 +52,7 @@ window.addEventListener("hashchange", route);
 
 let kv = null; // the last /api/keyviz answer
 
-async function keysPage(params) {
+async function keysPage(params, gen) {
   const tables = await api("/api/views/tables");
   const select = $("#kv-table");
   const wanted = params.get("table") || select.value || (tables[0] && tables[0].table_name);
@@ -62,7 +70,7 @@ async function keysPage(params) {
     status(`updated ${new Date().toLocaleTimeString()}`);
   };
   await load();
-  timer = setInterval(() => load().catch((e) => status(e.message, true)), Math.max(2, kv.slot_seconds) * 1000);
+  poll(gen, load, Math.max(2, kv.slot_seconds) * 1000);
 }
 
 $("#kv-table").addEventListener("change", () => (location.hash = `#/keys?table=${encodeURIComponent($("#kv-table").value)}`));
@@ -231,7 +239,7 @@ function table(el, rows, columns) {
     "</tbody>";
 }
 
-async function partitionsPage() {
+async function partitionsPage(params, gen) {
   const load = async () => {
     const [servers, hot, patterns, ranges, throttles] = await Promise.all(
       ["servers", "hot_partitions", "insert_patterns", "range_partitions", "throttle_counters"].map((v) => api(`/api/views/${v}`)));
@@ -256,7 +264,7 @@ async function partitionsPage() {
     status(`updated ${new Date().toLocaleTimeString()}`);
   };
   await load();
-  timer = setInterval(() => load().catch((e) => status(e.message, true)), 5000);
+  poll(gen, load, 5000);
 }
 
 // --------------------------------------------------------------- EXPLAIN
@@ -284,7 +292,11 @@ async function explain(analyze) {
     out.innerHTML = `<pre>${esc(r.text.join("\n"))}</pre>`;
     return;
   }
-  const p = r.plan[0].Plan;
+  const p = Array.isArray(r.plan) && r.plan[0] && r.plan[0].Plan;
+  if (!p) {
+    out.innerHTML = `<pre>${esc(JSON.stringify(r.plan, null, 2))}</pre>`;
+    return;
+  }
   const scanned = analyze ? p["Actual Entities Scanned"] : p["Estimated Entities Scanned"];
   const returned = analyze ? p["Actual Entities Returned"] : p["Estimated Entities Returned"];
   const share = scanned ? Math.min(returned / scanned, 1) : 1;
