@@ -32,7 +32,7 @@ fn parse(fmt: &CopyFormat, data: &[u8], chunk: usize) -> Outcome {
             match p.next_record(false) {
                 Ok(Some(r)) => records.push(r),
                 Ok(None) => break,
-                Err(e) => return (records, Some(code(&e.code))),
+                Err(e) => return (records, Some(code(e.code))),
             }
         }
     }
@@ -40,7 +40,7 @@ fn parse(fmt: &CopyFormat, data: &[u8], chunk: usize) -> Outcome {
         match p.next_record(true) {
             Ok(Some(r)) => records.push(r),
             Ok(None) => return (records, None),
-            Err(e) => return (records, Some(code(&e.code))),
+            Err(e) => return (records, Some(code(e.code))),
         }
     }
 }
