@@ -278,17 +278,21 @@ mod tests {
         );
     }
 
-    /// Every string of the integer alphabet near the encoded width decodes
-    /// exactly when it is the encoding of the value it decodes to.
-    #[test]
-    fn integer_keys_decode_only_their_canonical_form() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
+    /// A fixed-seed xorshift generator: the same cases on every run.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed
-        };
+        }
+    }
+
+    /// Every string of the integer alphabet near the encoded width decodes
+    /// exactly when it is the encoding of the value it decodes to.
+    #[test]
+    fn integer_keys_decode_only_their_canonical_form() {
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         for (ty, digits) in [
             (SqlType::Int2, INT2_DIGITS),
             (SqlType::Int4, INT4_DIGITS),
@@ -304,7 +308,7 @@ mod tests {
                         d => char::from(b'0' + d as u8),
                     })
                     .collect();
-                if next() % 2 == 0 {
+                if next().is_multiple_of(2) {
                     key.insert(0, '-');
                 }
                 match ty.decode_key(&key) {
@@ -343,13 +347,7 @@ mod tests {
     /// of what it decodes to (RFC 3339 parsing is the oracle).
     #[test]
     fn timestamp_keys_decode_only_their_canonical_form() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         let span = (DateTime::MAX.0 - DateTime::MIN.0) as u64;
         let alphabet = b"0123456789-:.TZ+ 9";
         for round in 0..20_000 {
