@@ -7,6 +7,7 @@
 //!   ([`demo`], [`race`]);
 //! - `stress` — the seeds' partition stress test ([`stress`]);
 //! - `import` — CSV, Parquet or JSON lines into a table ([`import`]);
+//! - `split` — pre-split a table into range partitions ([`split`]);
 //! - `user set` — SCRAM users.
 
 mod advise;
@@ -16,6 +17,7 @@ mod import;
 mod pgenv;
 mod race;
 mod serve;
+mod split;
 mod stress;
 
 use std::path::PathBuf;
@@ -66,6 +68,9 @@ enum Command {
     Stress(stress::StressArgs),
     /// Import a CSV, Parquet or JSON-lines file into a table.
     Import(import::ImportArgs),
+    /// Pre-split a table into range partitions spread over the partition
+    /// servers (on a stopped server's data directory).
+    Split(split::SplitArgs),
     /// Rank PartitionKey/RowKey designs for a table from its data and a
     /// workload (the statement log, or a SQL file).
     Advise(advise::AdviseArgs),
@@ -220,6 +225,7 @@ async fn run() -> ExitCode {
             Command::Stress(args) => stress::run(args).await,
             Command::Import(args) => import::run(args).await,
             Command::Advise(args) => advise::run(args).await,
+            Command::Split(args) => split::run(args).await,
         }
     }
     .await;

@@ -146,9 +146,10 @@ pub async fn bind(planner: Planner, settings: &Settings) -> Result<Server, Strin
 
 /// Serves until Ctrl-C or SIGTERM, printing where and how to connect.
 pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> {
-    let _balancer = planner.store().partitioned().map(|p| p.spawn_balancer());
+    let partitioned = planner.store().partitioned().cloned();
+    let balancer = partitioned.as_ref().map(|p| p.spawn_balancer());
     if let Some(addr) = settings.metrics_listen {
-        start_metrics(addr, planner.store().partitioned().cloned())?;
+        start_metrics(addr, partitioned.clone())?;
         println!("metrics on http://{addr}/metrics");
     }
     let server = bind(planner, settings).await?;
@@ -180,6 +181,19 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
     for (stop, task) in [flight, console].into_iter().flatten() {
         let _ = stop.send(());
         let _ = task.await;
+    }
+    if let Some(balancer) = &balancer {
+        // Its tick saves too: the last save is the one below.
+        balancer.abort();
+    }
+    if let Some(p) = partitioned {
+        // The key visualizer's filling slot too; finished ones are written
+        // as they finish.
+        match tokio::task::spawn_blocking(move || p.save_key_visualizer_blocking()).await {
+            Ok(Err(e)) => eprintln!("cannot write the key visualizer's history: {e}"),
+            Err(e) => eprintln!("cannot write the key visualizer's history: {e}"),
+            Ok(Ok(())) => {}
+        }
     }
     served?;
     println!("tablegate stopped");

@@ -109,6 +109,13 @@ pub fn statements() -> &'static StatementLog {
     &LOG
 }
 
+/// The tag a statement's store traffic is counted under by the key
+/// visualizer ([`tablegate_store::api::statement_scope`]): a hash of its
+/// normalized text, never 0.
+pub fn tag(normalized: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(normalized.as_bytes()).max(1)
+}
+
 pub(crate) fn now_micros() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)

@@ -265,6 +265,12 @@ impl StatementGuard {
         self
     }
 
+    /// The tag the store's key visualizer counts this statement's traffic
+    /// under ([`crate::statements::tag`]; 0 without a text).
+    pub fn tag(&self) -> u64 {
+        self.text.as_deref().map_or(0, crate::statements::tag)
+    }
+
     /// The statement's span (for `Instrument`).
     pub fn span(&self) -> &tracing::Span {
         &self.span

@@ -148,13 +148,18 @@ pub fn estimate(store: &Backend, b: &BoundSelect, page_size: usize) -> Result<Es
             est.largest_scanned = est.largest_scanned.max(e.largest_scanned);
             est.pages += returned.div_ceil(page_size as u64).max(1);
             est.servers.insert(seg.server);
-            est.range_partitions += layout
-                .iter()
-                .filter(|(lo, hi, _)| {
-                    lo.as_str() < seg.hi.as_deref().unwrap_or("\u{10FFFF}\u{10FFFF}")
-                        && hi.as_deref().is_none_or(|h| h > seg.lo.as_str())
-                })
-                .count() as u64;
+            // The layout's ranges are contiguous and in key order: those
+            // from the one holding the segment's start to the last
+            // starting before its end (two searches, not a pass per
+            // segment: thousands of each).
+            let first = layout
+                .partition_point(|(lo, _, _)| lo.as_str() <= seg.lo.as_str())
+                .saturating_sub(1);
+            let end = match seg.hi.as_deref() {
+                Some(h) => layout.partition_point(|(lo, _, _)| lo.as_str() < h),
+                None => layout.len(),
+            };
+            est.range_partitions += end.saturating_sub(first) as u64;
         }
         est.requests = est.pages;
     }
@@ -437,6 +442,28 @@ pub fn render_text(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
     l
 }
 
+/// Each span's PartitionKey interval as stored (typed keys encoded, so
+/// it compares with range partition bounds): `From` / `To` (null when
+/// unbounded) and whether each is inclusive.
+fn stored_pk_spans(spans: &[tablegate_store::KeyBox]) -> serde_json::Value {
+    use std::ops::Bound;
+    fn bound(b: &Bound<String>) -> (Option<&str>, bool) {
+        match b {
+            Bound::Included(k) => (Some(k.as_str()), true),
+            Bound::Excluded(k) => (Some(k.as_str()), false),
+            Bound::Unbounded => (None, false),
+        }
+    }
+    spans
+        .iter()
+        .map(|s| {
+            let (from, from_inclusive) = bound(&s.pk.lo);
+            let (to, to_inclusive) = bound(&s.pk.hi);
+            json!({"From": from, "From Inclusive": from_inclusive, "To": to, "To Inclusive": to_inclusive})
+        })
+        .collect()
+}
+
 /// EXPLAIN (FORMAT JSON): the same facts as a JSON document.
 pub fn render_json(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) -> serde_json::Value {
     let a = &b.access;
@@ -447,6 +474,7 @@ pub fn render_json(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
         "Rating": a.class.rating(),
         "Route": match &b.plan.route { Route::Native => "native".to_owned(), Route::Engine(w) => format!("analytics engine: {w}") },
         "Key Spans": render_spans(&a.spans, &b.plan.table),
+        "Stored PartitionKey Spans": stored_pk_spans(&a.spans),
         "Residual Filter": a.residual.as_ref().map(|r| r.to_string()),
         "Residual Pushed": a.residual.is_some() && !a.residual_needs_engine,
         "Projection": b.plan.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),

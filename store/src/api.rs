@@ -89,11 +89,36 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<PartitionStats>>;
 }
 
+tokio::task_local! {
+    /// The statement the current task runs (see [`statement_scope`]).
+    static STATEMENT: u64;
+}
+
+/// Runs `f` as the statement tagged `tag` (non-zero): the partition
+/// layer's key visualizer counts the traffic `f` causes against it, so a
+/// hot key can be traced to the statements that made it hot. Work `f`
+/// hands to the store's blocking pool keeps the tag; tasks it spawns
+/// itself do not.
+pub async fn statement_scope<F: std::future::Future>(tag: u64, f: F) -> F::Output {
+    STATEMENT.scope(tag, f).await
+}
+
+/// [`statement_scope`] for one synchronous step (a stream's poll).
+pub fn in_statement<R>(tag: u64, f: impl FnOnce() -> R) -> R {
+    STATEMENT.sync_scope(tag, f)
+}
+
+/// The tag of the statement running here, 0 outside one.
+pub fn statement_tag() -> u64 {
+    STATEMENT.try_with(|t| *t).unwrap_or(0)
+}
+
 /// Runs blocking store work off the async threads.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    tokio::task::spawn_blocking(f)
+    let tag = statement_tag();
+    tokio::task::spawn_blocking(move || in_statement(tag, f))
         .await
         .unwrap_or_else(|e| Err(crate::StoreError::Engine(format!("store task failed: {e}"))))
 }

@@ -5,11 +5,14 @@ rendered by headless Chromium (`chromium --dump-dom`: the DOM after the
 page's script ran).
 
     console_client.py workload HTTP_PORT PG_PORT [--screenshots DIR]
+    console_client.py history HTTP_PORT
     console_client.py scram HTTP_PORT USER PASSWORD
 
 `workload` expects a trust server started with `--keyviz-slot-seconds 1`
 and `--partition-target 1000` (one client outruns it whatever the
-machine's load); `scram` one with SCRAM users.
+machine's load); `history` the same server restarted after `workload`
+(the key visualizer's history and statements survive); `scram` one with
+SCRAM users.
 Prints "console ok" at the end; any failed check raises.
 """
 
@@ -154,6 +157,20 @@ def workload(http: int, pg: int, shots: str | None) -> None:
             peaks.append(col.index(max(col)))
     assert len(set(peaks)) >= 4 and peaks == sorted(peaks), peaks
 
+    hot_cell_statements(http)
+
+    # Longer windows come from the coarser tiers: 6× and 60× the slot.
+    assert kv["windows"] == [360, 2160, 21600] and kv["window_seconds"] == 360, kv["windows"]
+    status, _, wide = get(http, "/api/keyviz?table=events&window=2160")
+    assert status == 200 and wide["slot_seconds"] == 6 and wide["window_seconds"] == 2160, wide
+    wide_labels = [b["first"] for b in wide["buckets"]]
+    # Every entity is in both pictures (the coarse one rolls the base
+    # slots up, plus the one still filling); the clock moved on meanwhile,
+    # so only at least.
+    whot = wide_labels.index("t17")
+    assert sum(wide["written"][whot]) * 6 >= 0.9 * sum(kv["written"][hot]), (wide["written"][whot], kv["written"][hot])
+    assert max(wide["peak"][whot]) >= kv["hot_share"] * kv["partition_target"], wide["peak"][whot]
+
     status, _, v = get(http, "/api/views/servers")
     assert status == 200 and isinstance(v, list) and {"server", "load_per_sec", "capacity_per_sec"} <= set(v[0]), v
     status, _, v = get(http, "/api/views/insert_patterns")
@@ -164,16 +181,22 @@ def workload(http: int, pg: int, shots: str | None) -> None:
     assert status == 404 and v["sqlstate"] == "42P01", v
     status, _, v = get(http, "/api/explain", body={"sql": "SELECT * FROM events WHERE tenant = 't17' AND id = 3"})
     assert status == 200 and v["plan"][0]["Plan"]["Class"] == "point", v
+    # Over the key space: a point touches the one range holding t17.
+    space = v["key_space"]
+    touched = [r for r in space["ranges"] if r["touched"]]
+    assert len(touched) == 1 and touched[0]["lo"] <= "t17" and (touched[0]["hi"] is None or "t17" < touched[0]["hi"]), space
+    assert space["servers_touched"] == [touched[0]["server"]], space
     status, _, v = get(http, "/api/explain", body={"sql": "SELECT body FROM events WHERE body = 'hot'", "analyze": True})
     assert status == 200, v
     plan = v["plan"][0]["Plan"]
     assert plan["Class"] == "full-scan" and plan["Actual Entities Scanned"] == plan["Actual Entities Returned"] + 200, plan
+    assert all(r["touched"] for r in v["key_space"]["ranges"]), v["key_space"]
     status, _, v = get(http, "/api/explain", body={"sql": "SELEC nonsense"})
     assert status == 400 and v["sqlstate"] == "42601", v
     status, _, v = get(http, "/api/explain", body={"sql": "SELECT * FROM missing"})
     assert status == 404 and v["sqlstate"] == "42P01", v
     status, _, v = get(http, "/api")
-    assert status == 200 and len(v["endpoints"]) == 3, v
+    assert status == 200 and len(v["endpoints"]) == 4, v
 
     # The pages, rendered by a real browser.
     shot = (lambda name: f"{shots}/{name}.png") if shots else (lambda name: None)
@@ -188,6 +211,24 @@ def workload(http: int, pg: int, shots: str | None) -> None:
     assert rows and rows[0]["data-bucket"] == str(hot + buckets - 40), rows
     assert "hot" in dom.by_id["hot-buckets"]["text"], dom.by_id["hot-buckets"]
 
+    # A cell names the statements that hit it.
+    dom = parse(browse(http, "#/keys?table=events&cell=hot"))
+    cell = dom.by_id["kv-cell"]
+    assert int(cell["attrs"].get("data-statements", "0")) >= 1, cell
+    # The busiest cell by all traffic: the one the API's numbers say, and
+    # the statements the API gives for it.
+    kv = get(http, "/api/keyviz?table=events")[2]
+    total = lambda b, s: kv["read"][b][s] + kv["written"][b][s] + kv["throttled"][b][s]
+    b, s = int(cell["attrs"]["data-bucket"]), int(cell["attrs"]["data-slot"])
+    assert total(b, s) == max(total(x, y) for x in range(len(kv["buckets"])) for y in range(len(kv["slots"]))), (b, s)
+    q = urllib.parse.urlencode({"table": "events", "first": kv["buckets"][b]["first"], "last": kv["buckets"][b]["last"],
+                                "from": kv["slot_micros"][s]})
+    top = get(http, f"/api/keyviz/statements?{q}")[2]["statements"][0]["query"]
+    assert cell["attrs"].get("data-top") == top and top in cell["text"], (cell, top)
+    dom = parse(browse(http, "#/keys?table=events&window=2160"))
+    assert "6 s slots" in dom.by_id["kv-window"]["text"], dom.by_id["kv-window"]
+    assert dom.by_id["keyviz"]["attrs"]["data-slots"] == str(len(get(http, "/api/keyviz?table=events&window=2160")[2]["slots"]))
+
     dom = parse(browse(http, "#/keys?table=log&metric=written", shot("console-append-only")))
     page_peaks = [p for p in json.loads(dom.by_id["keyviz"]["attrs"]["data-peaks"]) if p >= 0]
     assert len(set(page_peaks)) >= 4 and page_peaks == sorted(page_peaks), page_peaks
@@ -201,6 +242,8 @@ def workload(http: int, pg: int, shots: str | None) -> None:
     q = urllib.parse.quote("SELECT * FROM events WHERE tenant = 't17' AND id BETWEEN 1 AND 20")
     dom = parse(browse(http, f"#/explain?sql={q}&run=plan", shot("console-explain")))
     assert dom.by_id["ex-class"]["text"] == "row-range", dom.by_id.get("ex-class")
+    ks = dom.by_id["ex-keyspace"]["attrs"]
+    assert ks["data-touched"] == "1" and int(ks["data-ranges"]) >= 1, ks
     q = urllib.parse.quote("SELECT * FROM events WHERE body = 'x'")
     dom = parse(browse(http, f"#/explain?sql={q}&run=plan"))
     assert dom.by_id["ex-class"]["text"] == "full-scan", dom.by_id.get("ex-class")
@@ -209,6 +252,51 @@ def workload(http: int, pg: int, shots: str | None) -> None:
     dom = parse(browse(http, f"#/explain?sql={q}&run=plan"))
     errs = [a for t, a in dom.all if t == "div" and a.get("class") == "error"]
     assert errs and errs[0]["data-sqlstate"] == "42P01", errs
+
+
+def hot_cell_statements(http: int) -> None:
+    """The hot tenant's busiest cell names the workload's statements,
+    constants as parameters."""
+    status, _, kv = get(http, "/api/keyviz?table=events")
+    assert status == 200, kv
+    labels = [b["first"] for b in kv["buckets"]]
+    hot = labels.index("t17")
+    busiest = max(range(len(kv["slots"])), key=lambda s: kv["written"][hot][s])
+    q = urllib.parse.urlencode({"table": "events", "first": "t17", "last": "t17", "from": kv["slot_micros"][busiest]})
+    status, _, cell = get(http, f"/api/keyviz/statements?{q}")
+    assert status == 200 and cell["entities"] > 0, cell
+    queries = [x["query"] or "" for x in cell["statements"]]
+    assert queries and queries[0].startswith("INSERT INTO events VALUES ($1, $2, $3)"), queries
+    assert "write" in cell["statements"][0]["classes"], cell
+    assert cell["attributed"] >= 0.9 * cell["entities"], cell
+    # Over the whole history the hot key's reads name the SELECT as well.
+    reads = set()
+    for s in range(len(kv["slots"])):
+        if kv["read"][hot][s] > 0:
+            q = urllib.parse.urlencode({"table": "events", "first": "t17", "last": "t17", "from": kv["slot_micros"][s]})
+            reads |= {x["query"] for x in get(http, f"/api/keyviz/statements?{q}")[2]["statements"]}
+    assert "SELECT id FROM events WHERE tenant = $1 AND id < $2" in reads, reads
+    status, _, v = get(http, "/api/keyviz/statements?table=nope&first=a&last=b&from=0")
+    assert status == 404 and v["sqlstate"] == "42P01", v
+    status, _, v = get(http, "/api/keyviz/statements?table=events&first=a")
+    assert status == 400 and v["sqlstate"] == "22023" and "last" in v["error"], v
+    status, _, v = get(http, "/api/keyviz?table=events&window=soon")
+    assert status == 400 and v["sqlstate"] == "22023", v
+
+
+def history(http: int) -> None:
+    """After a restart: the hot tenant is still the busiest range, and its
+    cells still name their statements."""
+    status, _, kv = get(http, "/api/keyviz?table=events")
+    assert status == 200, kv
+    labels = [b["first"] for b in kv["buckets"]]
+    assert "t17" in labels and len(labels) == 40, labels
+    totals = [sum(kv["written"][b]) for b in range(len(labels))]
+    assert labels[max(range(len(totals)), key=totals.__getitem__)] == "t17", totals
+    assert sum(kv["written"][labels.index("t17")]) >= 1000, kv["written"]
+    hot_cell_statements(http)
+    status, _, lg = get(http, "/api/keyviz?table=log")
+    assert status == 200 and len(lg["buckets"]) >= 100, len(lg["buckets"])
 
 
 def scram(http: int, user: str, password: str) -> None:
@@ -226,6 +314,8 @@ def main() -> None:
     if mode == "workload":
         shots = sys.argv[sys.argv.index("--screenshots") + 1] if "--screenshots" in sys.argv else None
         workload(int(sys.argv[2]), int(sys.argv[3]), shots)
+    elif mode == "history":
+        history(int(sys.argv[2]))
     elif mode == "scram":
         scram(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     else:

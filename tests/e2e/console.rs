@@ -3,7 +3,9 @@
 //! (`tests/clients/console_client.py`; `.ci/run` installs Debian's
 //! `chromium`): the hot PartitionKey is where the workload put it and is
 //! flagged against its target, an append-only load climbs the key space,
-//! EXPLAIN shows the right class; then SCRAM users and trust off loopback.
+//! EXPLAIN shows the right class and the ranges it touches, a cell names
+//! the statements that hit it, and all of it survives a restart; then
+//! SCRAM users and trust off loopback.
 
 use super::server::{TestServer, python_client, serve_refused};
 
@@ -24,17 +26,15 @@ fn script(args: &[&str]) {
 #[test]
 fn the_console_draws_the_workload_where_it_went() {
     let dir = tempfile::tempdir().unwrap();
-    let s = TestServer::serve_in(
-        dir.path(),
-        &[
-            "--http",
-            "127.0.0.1:0",
-            "--keyviz-slot-seconds",
-            "1",
-            "--partition-target",
-            "1000",
-        ],
-    );
+    let serve_args = [
+        "--http",
+        "127.0.0.1:0",
+        "--keyviz-slot-seconds",
+        "1",
+        "--partition-target",
+        "1000",
+    ];
+    let s = TestServer::serve_in(dir.path(), &serve_args);
     let (http, pg) = (console_port(&s).to_string(), s.port.to_string());
     let mut args = vec!["workload", &http, &pg];
     // `TABLEGATE_SCREENSHOTS=DIR cargo test ... console::` refreshes the
@@ -44,6 +44,10 @@ fn the_console_draws_the_workload_where_it_went() {
         args.extend(["--screenshots", &shots]);
     }
     script(&args);
+    // The history (and the statements behind it) outlives a restart.
+    assert!(s.terminate(), "the server did not stop cleanly");
+    let s = TestServer::serve_in(dir.path(), &serve_args);
+    script(&["history", &console_port(&s).to_string()]);
 }
 
 #[test]

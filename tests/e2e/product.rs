@@ -876,3 +876,50 @@ fn advise_apply_creates_the_design_and_its_estimates_hold() {
         assert_eq!(estimate, actual, "{stmt}: {out}");
     }
 }
+
+/// `tablegate split` pre-splits a table of a stopped server at its own
+/// PartitionKeys over the servers; the server then serves those ranges
+/// (and the same rows). It refuses a running server's directory, an
+/// unknown table and an empty one.
+#[test]
+fn split_pre_splits_a_table_into_ranges_over_the_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let values: Vec<String> = (0..60).map(|i| format!("('k{i:02}', 1)")).collect();
+    let (_, err, ok) = psql(
+        &s,
+        &[
+            "CREATE TABLE tee (pk text, rk bigint, PRIMARY KEY (pk, rk))",
+            "CREATE TABLE empty (pk text, rk bigint, PRIMARY KEY (pk, rk))",
+            &format!("INSERT INTO tee VALUES {}", values.join(", ")),
+        ],
+    );
+    assert!(ok, "{err}");
+    let (_, err, ok) = run(tablegate().args(["split", "tee", "--ranges", "4", "--data", data]));
+    assert!(!ok && err.contains("stop it first"), "{err}");
+    assert!(s.terminate());
+    let (out, err, ok) = run(tablegate().args(["split", "tee", "--ranges", "4", "--data", data]));
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("tee: 4 range partitions over 4 servers"),
+        "{out}"
+    );
+    let (_, err, ok) = run(tablegate().args(["split", "nope", "--ranges", "4", "--data", data]));
+    assert!(!ok && err.contains("table nope"), "{err}");
+    let (_, err, ok) = run(tablegate().args(["split", "empty", "--ranges", "4", "--data", data]));
+    assert!(!ok && err.contains("has no rows"), "{err}");
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "SELECT lower_bound || ' ' || server FROM tablegate.range_partitions \
+             WHERE table_name = 'tee' ORDER BY lower_bound",
+            "SELECT count(*) FROM tee",
+        ],
+    );
+    assert!(ok, "{err}");
+    for want in ["  0\n", " k15 1\n", " k30 2\n", " k45 3\n", " 60\n"] {
+        assert!(out.contains(want), "{want:?} in {out}");
+    }
+}

@@ -156,6 +156,7 @@ fn router(console: Arc<Console>) -> Router {
         .route("/console.css", get(assets::style))
         .route("/api", get(api::index))
         .route("/api/keyviz", get(api::keyviz))
+        .route("/api/keyviz/statements", get(api::keyviz_statements))
         .route("/api/views/{name}", get(api::view))
         .route("/api/explain", post(api::explain))
         .fallback(|| async { api::not_found("no such page or API path") })

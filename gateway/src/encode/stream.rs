@@ -40,8 +40,11 @@ pub fn guarded(
     if let Some(g) = guard.as_mut() {
         g.set_class(StatementClass::Access(rows.class()));
     }
-    futures::stream::unfold((rows, guard), |(mut rows, mut guard)| async move {
-        let next = rows.next().await;
+    // Pages are read as the stream is polled, after the statement's own
+    // run: they are tagged here.
+    let tag = guard.as_ref().map_or(0, StatementGuard::tag);
+    futures::stream::unfold((rows, guard), move |(mut rows, mut guard)| async move {
+        let next = tablegate_store::api::statement_scope(tag, rows.next()).await;
         if let Some(g) = guard.as_mut() {
             g.set_actuals(&rows.actuals());
             if matches!(next, Some(Err(_))) {

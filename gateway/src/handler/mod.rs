@@ -336,10 +336,15 @@ impl ConnHandler {
         let span = guard
             .as_ref()
             .map_or_else(tracing::Span::none, |g| g.span().clone());
-        let result = self
-            .run_statement(client, p, params, format, &mut guard)
-            .instrument(span)
-            .await;
+        // The store's key visualizer counts what it does against the
+        // statement.
+        let tag = guard.as_ref().map_or(0, StatementGuard::tag);
+        let result = tablegate_store::api::statement_scope(
+            tag,
+            self.run_statement(client, p, params, format, &mut guard)
+                .instrument(span),
+        )
+        .await;
         if let Some(g) = guard.as_mut() {
             match &result {
                 Err(_) | Ok(Response::Error(_)) => g.fail(),

@@ -23,6 +23,7 @@
 //! (the store does not report per-partition scan counts); a page that spans
 //! several ranges of one server is metered to the range it started in.
 
+mod history;
 pub mod keyviz;
 pub(crate) mod load;
 pub(crate) mod map;
@@ -56,6 +57,8 @@ pub use throttle::{Targets, ThrottleCounts};
 /// The system table holding partition maps. Hidden from listings, and the
 /// `tgsys_` prefix is reserved.
 const MAP_TABLE: &str = "tgsys_partition_map";
+/// The system table holding the key visualizer's history.
+const KEYVIZ_TABLE: &str = "tgsys_keyviz";
 const SYSTEM_PREFIX: &str = "tgsys_";
 /// Balancer events kept for the system views.
 const MAX_EVENTS: usize = 256;
@@ -77,9 +80,11 @@ pub struct PartitionConfig {
     pub warm_share: f64,
     /// Hot at this share of the PartitionKey target.
     pub hot_share: f64,
-    /// The key visualizer's time slot (one column of its heat map).
+    /// The key visualizer's time slot (one column of its heat map, at its
+    /// finest).
     pub keyviz_slot: Duration,
-    /// Slots the key visualizer keeps (the oldest is dropped).
+    /// Slots the key visualizer keeps per tier (the oldest is dropped):
+    /// by default an hour at the slot width, six at 6× and sixty at 60×.
     pub keyviz_slots: usize,
 }
 
@@ -226,6 +231,10 @@ struct Shared {
     load: Mutex<LoadTracker>,
     events: Mutex<VecDeque<BalanceEvent>>,
     keyviz: Mutex<History>,
+    /// Held by a save of the key visualizer's history (one at a time).
+    keyviz_save: Mutex<()>,
+    /// The history is written back (it could be read at open).
+    keyviz_persist: std::sync::atomic::AtomicBool,
 }
 
 /// Where a request goes.
@@ -239,6 +248,10 @@ struct Route {
 fn is_system(name: &str) -> bool {
     name.len() >= SYSTEM_PREFIX.len()
         && name[..SYSTEM_PREFIX.len()].eq_ignore_ascii_case(SYSTEM_PREFIX)
+}
+
+fn micros(d: Duration) -> i64 {
+    d.as_micros().min(i64::MAX as u128) as i64
 }
 
 fn window_secs(d: Duration) -> i64 {
@@ -261,13 +274,15 @@ impl PartitionedStore {
             servers: config.servers.max(1),
             ..config
         };
-        match store.create_table_blocking(MAP_TABLE) {
-            Ok(_) | Err(StoreError::TableExists { .. }) => {}
-            Err(e) => return Err(e),
+        for system in [MAP_TABLE, KEYVIZ_TABLE] {
+            match store.create_table_blocking(system) {
+                Ok(_) | Err(StoreError::TableExists { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
         let shared = Shared {
             keyviz: Mutex::new(History::new(
-                config.keyviz_slot.as_micros().min(i64::MAX as u128) as i64,
+                micros(config.keyviz_slot),
                 config.keyviz_slots,
             )),
             throttle: Throttle::new(config.targets.clone()),
@@ -277,11 +292,33 @@ impl PartitionedStore {
             maps: RwLock::new(HashMap::new()),
             load: Mutex::new(LoadTracker::default()),
             events: Mutex::new(VecDeque::new()),
+            keyviz_save: Mutex::new(()),
+            keyviz_persist: std::sync::atomic::AtomicBool::new(true),
         };
         let tables = shared.store.list_tables_blocking();
         for t in tables.iter().filter(|t| !is_system(&t.name)) {
             let map = shared.load_map(&t.name)?;
             shared.maps.write().insert(t.name.to_ascii_lowercase(), map);
+        }
+        match shared.load_history() {
+            Ok(saved) => {
+                let refused = shared.keyviz.lock().restore(saved, shared.now());
+                if refused > 0 {
+                    tracing::warn!(
+                        slots = refused,
+                        "key visualizer history: skipped damaged slots or slots of another width"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot read the key visualizer's history: it starts empty and is not written this run"
+                );
+                shared
+                    .keyviz_persist
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         Ok(PartitionedStore {
             shared: Arc::new(shared),
@@ -325,8 +362,13 @@ impl PartitionedStore {
         self.shared.store.drop_table_blocking(name)?;
         let lower = name.to_ascii_lowercase();
         self.shared.maps.write().remove(&lower);
-        self.shared.keyviz.lock().forget(&lower);
-        self.shared.delete_map(&lower)
+        self.shared.delete_partition(MAP_TABLE, &lower)?;
+        if let Err(e) = self.shared.forget_history(&lower) {
+            // Its rows stay until they age out; a table created under the
+            // name meanwhile would show them.
+            tracing::warn!(error = %e, table = %lower, "cannot delete a dropped table's key visualizer history");
+        }
+        Ok(())
     }
 
     /// User tables, by name.
@@ -556,9 +598,14 @@ impl PartitionedStore {
             loop {
                 tick.tick().await;
                 let Some(shared) = weak.upgrade() else { return };
-                tokio::task::spawn_blocking(move || shared.rebalance())
-                    .await
-                    .ok();
+                tokio::task::spawn_blocking(move || {
+                    shared.rebalance();
+                    if let Err(e) = shared.save_history(false) {
+                        tracing::warn!(error = %e, "cannot write the key visualizer's history");
+                    }
+                })
+                .await
+                .ok();
             }
         })
     }
@@ -686,12 +733,46 @@ impl PartitionedStore {
         self.shared.events.lock().iter().cloned().collect()
     }
 
-    /// The key visualizer's history of `table` (entities read, written and
-    /// throttled per PartitionKey per slot), in at most `max_buckets` rows.
-    pub fn key_visualizer(&self, table: &str, max_buckets: usize) -> Result<KeyVizView> {
+    /// The key visualizer's history of `table` over the last `window`
+    /// (entities read, written and throttled per PartitionKey per slot),
+    /// in at most `max_buckets` rows.
+    pub fn key_visualizer(
+        &self,
+        table: &str,
+        max_buckets: usize,
+        window: Duration,
+    ) -> Result<KeyVizView> {
         let table = self.shared.check_user_table(table)?;
         let history = self.shared.keyviz.lock();
-        Ok(history.view(&table, max_buckets, self.shared.now()))
+        Ok(history.view(&table, max_buckets, self.shared.now(), micros(window)))
+    }
+
+    /// The statements (by the tags [`crate::api::statement_scope`] gave
+    /// them) that asked most of `table`'s keys `lo..=hi` in the view over
+    /// `window`'s columns starting in `from..to` (clock microseconds):
+    /// `(tag, entities)`, the most first, and every entity counted there.
+    pub fn key_visualizer_statements(
+        &self,
+        table: &str,
+        (lo, hi): (&str, &str),
+        (from, to): (i64, i64),
+        window: Duration,
+    ) -> Result<(Vec<(u64, u64)>, u64)> {
+        let table = self.shared.check_user_table(table)?;
+        let history = self.shared.keyviz.lock();
+        Ok(history.statements(&table, lo, hi, from, to, micros(window), self.shared.now()))
+    }
+
+    /// The width of the key visualizer's columns over `window`.
+    pub fn key_visualizer_column(&self, window: Duration) -> Duration {
+        let w = self.shared.keyviz.lock().column_micros(micros(window));
+        Duration::from_micros(w.max(0) as u64)
+    }
+
+    /// Writes the key visualizer's history, the filling slot included (at
+    /// shutdown; the balancer writes finished slots as it goes).
+    pub fn save_key_visualizer_blocking(&self) -> Result<()> {
+        self.shared.save_history(true)
     }
 
     /// The clock the layer runs on, in microseconds (what balance events
@@ -808,7 +889,10 @@ impl Shared {
     /// Counts traffic for the key visualizer.
     fn traffic(&self, table: &str, pk: &str, t: Traffic, n: u64) {
         let now = self.now();
-        self.keyviz.lock().record(&lowercase(table), pk, t, n, now);
+        let tag = crate::api::statement_tag();
+        self.keyviz
+            .lock()
+            .record(&lowercase(table), pk, t, n, tag, now);
     }
 
     /// Admits `demand` entities at `scope`, whose request starts at
@@ -903,12 +987,13 @@ impl Shared {
         self.store.execute_blocking(MAP_TABLE, &[op]).map(|_| ())
     }
 
-    fn delete_map(&self, table: &str) -> Result<()> {
-        let q = Query::spans(vec![KeyBox::partition(table)]);
+    /// Deletes PartitionKey `pk` of system table `system`.
+    fn delete_partition(&self, system: &str, pk: &str) -> Result<()> {
+        let q = Query::spans(vec![KeyBox::partition(pk)]);
         loop {
             let page = self
                 .store
-                .query_blocking(MAP_TABLE, &q, &PageRequest::first(100))?;
+                .query_blocking(system, &q, &PageRequest::first(100))?;
             if page.entities.is_empty() {
                 return Ok(());
             }
@@ -921,7 +1006,7 @@ impl Shared {
                     if_match: crate::IfMatch::Any,
                 })
                 .collect();
-            self.store.execute_blocking(MAP_TABLE, &ops)?;
+            self.store.execute_blocking(system, &ops)?;
         }
     }
 

@@ -251,7 +251,7 @@ fn spawn_sending(
     tx: mpsc::Sender<Result<Page>>,
     work: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let task = tokio::spawn(work);
+    let task = spawn_tagged(work);
     tokio::spawn(async move {
         if let Err(e) = task.await
             && e.is_panic()
@@ -261,6 +261,19 @@ fn spawn_sending(
                 .await;
         }
     });
+}
+
+/// Spawns `work` as part of the statement running here (its store traffic
+/// counts against the statement in the key visualizer).
+fn spawn_tagged<F>(work: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(crate::api::statement_scope(
+        crate::api::statement_tag(),
+        work,
+    ))
 }
 
 /// Reads `segments` in key order into `out`: each segment's pages from a
@@ -279,7 +292,7 @@ async fn run_segments(
     // Spawner: starts segment tasks in key order as permits free up.
     let closed = out.clone();
     let (table, opts, st) = (table.to_owned(), opts.clone(), stats.clone());
-    tokio::spawn(async move {
+    spawn_tagged(async move {
         for seg in segments {
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 return;

@@ -727,3 +727,80 @@ fn encoded_pages_hold_the_same_entities_as_decoded_ones() {
         }
     }
 }
+
+/// The key visualizer's history is written as slots finish and at
+/// shutdown, read back on open (the same picture, the statements that
+/// caused it included), aged out of the system table, and dropped with
+/// its table.
+#[test]
+fn the_key_visualizer_history_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = manual();
+    let config = PartitionConfig {
+        keyviz_slot: Duration::from_secs(1),
+        keyviz_slots: 20,
+        ..unthrottled()
+    };
+    let open = || {
+        let local = LocalStore::open(dir.path(), StoreOptions::default()).unwrap();
+        PartitionedStore::with_clock(local, config.clone(), clock.clone()).unwrap()
+    };
+    let window = Duration::from_secs(60);
+    let saved_slots = |s: &PartitionedStore| {
+        s.local()
+            .query_blocking("tgsys_keyviz", &Query::full_scan(), &PageRequest::default())
+            .unwrap()
+            .entities
+            .len()
+    };
+    let (view, statements) = {
+        let s = open();
+        s.create_table_blocking("seen").unwrap();
+        for step in 0..30 {
+            let pk = format!("p{}", step % 3);
+            tablegate_store::api::in_statement(42, || {
+                s.execute_blocking("seen", &[put(&pk, &step.to_string())])
+                    .unwrap()
+            });
+            s.get_blocking("seen", "p0", "0").unwrap();
+            clock.advance(Duration::from_millis(700));
+            if step % 5 == 0 {
+                s.save_key_visualizer_blocking().unwrap();
+            }
+        }
+        s.save_key_visualizer_blocking().unwrap();
+        let v = s.key_visualizer("seen", 100, window).unwrap();
+        let from = v.slot_starts[0];
+        let st = s
+            .key_visualizer_statements("seen", ("p1", "p2"), (from, i64::MAX), window)
+            .unwrap();
+        (v, st)
+    };
+    assert_eq!(view.buckets.len(), 3);
+    assert_eq!(statements, (vec![(42, 20)], 20));
+    let s = open();
+    assert_eq!(s.key_visualizer("seen", 100, window).unwrap(), view);
+    let from = view.slot_starts[0];
+    assert_eq!(
+        s.key_visualizer_statements("seen", ("p1", "p2"), (from, i64::MAX), window)
+            .unwrap(),
+        statements
+    );
+    // A minute later the base tier's old slots age out of the table too.
+    let before = saved_slots(&s);
+    clock.advance(Duration::from_secs(60));
+    s.get_blocking("seen", "p0", "0").unwrap();
+    clock.advance(Duration::from_secs(1));
+    s.get_blocking("seen", "p0", "0").unwrap();
+    s.save_key_visualizer_blocking().unwrap();
+    assert!(saved_slots(&s) < before, "{} < {before}", saved_slots(&s));
+    s.drop_table_blocking("seen").unwrap();
+    assert_eq!(saved_slots(&s), 0);
+    s.create_table_blocking("seen").unwrap();
+    assert!(
+        s.key_visualizer("seen", 100, window)
+            .unwrap()
+            .buckets
+            .is_empty()
+    );
+}

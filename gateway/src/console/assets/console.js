@@ -43,7 +43,11 @@ function route() {
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page));
   clearInterval(timer);
   const run = { keys: keysPage, partitions: partitionsPage, explain: explainPage }[page] || keysPage;
-  run(params, generation).catch((e) => status(`${e.message}${e.sqlstate ? ` (${e.sqlstate})` : ""}`, true));
+  const gen = generation;
+  run(params, gen)
+    .catch((e) => status(`${e.message}${e.sqlstate ? ` (${e.sqlstate})` : ""}`, true))
+    // When the page first showed its data (bench/console.py reads it).
+    .finally(() => gen === generation && (document.documentElement.dataset.loadedMs = Math.round(performance.now())));
 }
 
 window.addEventListener("hashchange", route);
@@ -64,16 +68,36 @@ async function keysPage(params, gen) {
   select.value = wanted;
   const metric = params.get("metric");
   if (metric) $("#kv-metric").value = metric;
+  const win = params.get("window") || "";
+  $("#kv-cell").hidden = true;
   const load = async () => {
-    kv = await api(`/api/keyviz?table=${encodeURIComponent(select.value)}`);
+    kv = await api(`/api/keyviz?table=${encodeURIComponent(select.value)}${win ? `&window=${encodeURIComponent(win)}` : ""}`);
+    windows(String(kv.window_seconds));
     drawKeys();
     status(`updated ${new Date().toLocaleTimeString()}`);
   };
   await load();
-  poll(gen, load, Math.max(2, kv.slot_seconds) * 1000);
+  // `cell=hot`: open the busiest cell (a link that shows who made a key hot).
+  if (params.get("cell") === "hot") await openHottestCell();
+  poll(gen, load, Math.max(2, Math.min(kv.slot_seconds, 60)) * 1000);
 }
 
-$("#kv-table").addEventListener("change", () => (location.hash = `#/keys?table=${encodeURIComponent($("#kv-table").value)}`));
+// The windows the history keeps, each in its own slot width.
+function windows(current) {
+  const w = $("#kv-window");
+  const span = (s) => (s >= 86400 ? `${fmt(s / 86400)} days` : s >= 3600 ? `${fmt(s / 3600)} h` : `${fmt(s / 60)} min`);
+  const slot = (s) => (s >= 60 ? `${fmt(s / 60)} min` : `${s} s`);
+  w.innerHTML = kv.windows
+    .map((s, i) => `<option value="${s}">the last ${span(s)} · ${slot(kv.window_slot_seconds[i])} slots</option>`)
+    .join("");
+  w.value = String(current);
+  if (w.value !== String(current)) w.insertAdjacentHTML("beforeend", `<option value="${esc(current)}" selected>the last ${span(Number(current))}</option>`);
+}
+
+const keysHash = () =>
+  `#/keys?table=${encodeURIComponent($("#kv-table").value)}&window=${$("#kv-window").value}&metric=${$("#kv-metric").value}`;
+$("#kv-table").addEventListener("change", () => (location.hash = keysHash()));
+$("#kv-window").addEventListener("change", () => (location.hash = keysHash()));
 $("#kv-metric").addEventListener("change", () => kv && drawKeys());
 
 function cellValue(b, s, metric) {
@@ -153,25 +177,34 @@ function drawKeys() {
     ctx.strokeRect(s * cw + 1, b * rh + 1, Math.max(cw - 2, 1), Math.max(rh - 2, 1));
   }
   // Range-partition boundaries: a line above the first bucket at or past
-  // each range's lower bound.
+  // each range's lower bound, from the split that made it (if that is in
+  // the window) to now.
   ctx.font = "11px sans-serif";
+  const t0 = Date.parse(kv.slots[0]);
+  const column = (at) => Math.floor((Date.parse(at) - t0) / (kv.slot_seconds * 1000));
+  let boundaries = 0;
   for (const r of kv.ranges) {
     const b = kv.buckets.findIndex((k) => k.first >= r.lo);
     if (b < 0) continue;
+    const split = kv.events.filter((e) => e.kind === "split" && e.key === r.lo).pop();
+    const x0 = split ? Math.max(0, column(split.at)) * cw : 0;
+    boundaries++;
     ctx.strokeStyle = "rgba(255,255,255,0.55)";
     ctx.setLineDash([4, 3]);
     ctx.beginPath();
-    ctx.moveTo(0, b * rh);
+    ctx.moveTo(x0, b * rh);
     ctx.lineTo(W, b * rh);
     ctx.stroke();
     ctx.setLineDash([]);
-    ctx.fillStyle = "#e8edf5";
-    ctx.fillText(`server ${r.server}`, W - 70, b * rh + 12);
+    if (rh >= 6 || kv.ranges.length <= 64) {
+      ctx.fillStyle = "#e8edf5";
+      ctx.fillText(`server ${r.server}`, W - 70, b * rh + 12);
+    }
   }
+  host.dataset.boundaries = String(boundaries);
   // Balancer events: a diamond at their time and key.
-  const t0 = Date.parse(kv.slots[0]);
   for (const e of kv.events) {
-    const s = Math.floor((Date.parse(e.at) - t0) / (kv.slot_seconds * 1000));
+    const s = column(e.at);
     const b = Math.max(0, kv.buckets.findIndex((k) => k.last >= e.key));
     if (s < 0 || s >= cols) continue;
     const x = s * cw + cw / 2, y = b * rh + rh / 2;
@@ -187,7 +220,7 @@ function drawKeys() {
     .map((k, b) => (b % every ? "" : `<div style="top:${(b * rh).toFixed(1)}px">${esc(k.first_label)}</div>`))
     .join("");
   $("#kv-time").textContent =
-    `${cols} slots of ${kv.slot_seconds} s, ${kv.slots[0]} → now` + (kv.coarse ? " · some rows merge keys by prefix (more keys than the budget)" : "");
+    `${cols} slots of ${kv.slot_seconds} s, ${kv.slots[0]} → now (older history is kept in coarser slots: choose a longer window)` + (kv.coarse ? " · some rows merge keys by prefix (more keys than the budget)" : "");
   // The busiest ranges over the whole history.
   const totals = kv.buckets.map((k, b) => {
     let read = 0, written = 0, throttled = 0, peak = 0, lv = 0;
@@ -209,20 +242,64 @@ function drawKeys() {
     : "<li class=muted>no splits or moves</li>";
 }
 
-$("#heatmap").addEventListener("mousemove", (ev) => {
-  if (!kv || !kv.buckets.length) return;
-  const c = ev.target, r = c.getBoundingClientRect();
+// The cell under a mouse event: [bucket, slot], or null.
+function cellAt(ev) {
+  if (!kv || !kv.buckets.length) return null;
+  const r = ev.target.getBoundingClientRect();
   const s = Math.floor(((ev.clientX - r.left) / r.width) * kv.slots.length);
   const b = Math.floor(((ev.clientY - r.top) / r.height) * kv.buckets.length);
+  return kv.buckets[b] && s >= 0 && s < kv.slots.length ? [b, s] : null;
+}
+
+// The statements that hit a cell (the gateway tags each statement's store
+// traffic; the store keeps the heaviest per key).
+async function openCell(b, s) {
   const k = kv.buckets[b];
-  if (!k || s < 0 || s >= kv.slots.length) return;
+  const box = $("#kv-cell");
+  const q = new URLSearchParams({ table: kv.table, first: k.first, last: k.last, from: kv.slot_micros[s], window: kv.window_seconds });
+  const r = await api(`/api/keyviz/statements?${q}`);
+  box.hidden = false;
+  box.dataset.bucket = b;
+  box.dataset.slot = s;
+  box.dataset.statements = r.statements.length;
+  box.dataset.top = (r.statements[0] && r.statements[0].query) || "";
+  box.innerHTML = `<h4>${esc(k.first_label)}${k.keys > 1 ? ` … ${esc(k.last_label)} (${k.keys} keys)` : ""} · ${esc(r.from)} → ${esc(r.to)}</h4>
+    <p class="muted">${fmt(r.entities)} entities counted here; ${fmt(r.attributed)} by the statements below
+    (the heaviest per key are kept; the rest, and work of the analytics engine's own tasks, is not attributed)</p>
+    <ol>${r.statements.map((x) => `<li><b>${fmt(x.entities)}</b> entities · ${x.query == null
+      ? `<span class="muted">a statement no longer in the statement log (${esc(x.tag)})</span>`
+      : `<code>${esc(x.query)}</code> <span class="muted">${esc(x.classes.join(", "))} · ${fmt(x.calls)} calls in all</span>`}</li>`).join("")
+      || "<li class=muted>no statement recorded (internal work, or traffic before the statement log)</li>"}</ol>`;
+}
+
+async function openHottestCell() {
+  let best = null;
+  for (let b = 0; b < kv.buckets.length; b++) for (let s = 0; s < kv.slots.length; s++) {
+    const v = cellValue(b, s, "total");
+    if (v > 0 && (!best || v > best[2])) best = [b, s, v];
+  }
+  if (best) await openCell(best[0], best[1]);
+}
+
+$("#heatmap").addEventListener("click", (ev) => {
+  const c = cellAt(ev);
+  if (c) openCell(c[0], c[1]).catch((e) => status(e.message, true));
+});
+
+$("#heatmap").addEventListener("mousemove", (ev) => {
+  const c = cellAt(ev);
+  if (!c) return;
+  const [b, s] = c;
+  const k = kv.buckets[b];
+  const r = ev.target.getBoundingClientRect();
   const tip = $("#kv-tip");
   tip.hidden = false;
   tip.style.left = `${ev.clientX - r.left + 14}px`;
   tip.style.top = `${ev.clientY - r.top + 14}px`;
   tip.innerHTML = `<b>${esc(k.first_label)}${k.keys > 1 ? ` … ${esc(k.last_label)}` : ""}</b> (${k.keys} key${k.keys > 1 ? "s" : ""}, server ${k.server ?? "?"})<br>
     ${esc(kv.slots[s])}<br>read ${fmt(kv.read[b][s])}/s · written ${fmt(kv.written[b][s])}/s · throttled ${fmt(kv.throttled[b][s])}/s<br>
-    busiest key ${fmt(kv.peak[b][s])}/s of a ${fmt(kv.partition_target)}/s target`;
+    busiest key ${fmt(kv.peak[b][s])}/s of a ${fmt(kv.partition_target)}/s target (in its busiest ${kv.base_seconds} s)<br>
+    <span class="muted">click: the statements that hit it</span>`;
 });
 $("#heatmap").addEventListener("mouseleave", () => ($("#kv-tip").hidden = true));
 
@@ -238,6 +315,8 @@ function table(el, rows, columns) {
     rows.map((r) => `<tr>${cols.map((c) => `<td>${esc(typeof r[c] === "number" ? fmt(r[c]) : r[c])}</td>`).join("")}</tr>`).join("") +
     "</tbody>";
 }
+
+const MAX_RANGE_ROWS = 200;
 
 async function partitionsPage(params, gen) {
   const load = async () => {
@@ -258,8 +337,13 @@ async function partitionsPage(params, gen) {
     }).join("");
     table($("#hot-partitions"), hot, ["table_name", "partition_key", "load_per_sec", "target_per_sec", "level"]);
     table($("#insert-patterns"), patterns, ["table_name", "pattern", "share", "inserts", "advice"]);
-    table($("#range-partitions"), ranges,
+    // Thousands of ranges would bury the page: the busiest are shown.
+    const shown = [...ranges].sort((a, b) => b.load_per_sec - a.load_per_sec || b.entities - a.entities).slice(0, MAX_RANGE_ROWS);
+    table($("#range-partitions"), shown,
       ["table_name", "lower_bound", "upper_bound", "server", "entities", "partition_keys", "load_per_sec", "offline"]);
+    $("#range-count").textContent = ranges.length > shown.length
+      ? `${fmt(ranges.length)} range partitions; the ${shown.length} busiest are shown (all: /api/views/range_partitions)`
+      : `${fmt(ranges.length)} range partitions`;
     table($("#throttle-counters"), throttles, ["scope", "target_per_sec", "throttled"]);
     status(`updated ${new Date().toLocaleTimeString()}`);
   };
@@ -322,10 +406,45 @@ async function explain(analyze) {
       </dl>
       <h4>Key spans pushed to the store</h4>
       <ul>${spans.map((s) => `<li><code>${esc(s)}</code></li>`).join("")}</ul>
+      ${keySpace(r.key_space)}
       ${p["Residual Filter"] ? `<h4>Filter</h4><code>${esc(p["Residual Filter"])}</code>` : ""}
       <h4>Advice</h4>
       <ul id="ex-advice">${(p.Advice || []).map((a) => `<li>${esc(a)}</li>`).join("") || "<li class=muted>none</li>"}</ul>
     </div>`;
+}
+
+// The table's key space as a bar of its range partitions (widths by
+// entities held), the ones the spans touch lit in their server's colour.
+function keySpace(ks) {
+  if (!ks || !ks.ranges.length) return "";
+  const W = 1000, total = ks.ranges.reduce((a, r) => a + r.entities, 0);
+  const floor = Math.max(total, 1) / (4 * ks.ranges.length);
+  // Neighbours alike (server, touched) merge into one segment: ten
+  // thousand ranges still draw as a few shapes.
+  const segs = [];
+  for (const r of ks.ranges) {
+    const w = Math.max(r.entities, floor);
+    const last = segs[segs.length - 1];
+    if (last && last.server === r.server && last.touched === r.touched) {
+      last.w += w; last.n++; last.entities += r.entities;
+    } else segs.push({ lo: r.lo_label, server: r.server, touched: r.touched, w, n: 1, entities: r.entities });
+  }
+  const sum = segs.reduce((a, g) => a + g.w, 0);
+  const hues = ["#64d2ff", "#30d158", "#ffd60a", "#bf5af2", "#ff9f0a", "#ff6482", "#5e5ce6", "#66d4cf"];
+  let x = 0;
+  const rects = segs.map((g) => {
+    const w = (W * g.w) / sum, at = x;
+    x += w;
+    return `<rect x="${at.toFixed(1)}" y="18" width="${Math.max(w, 1).toFixed(1)}" height="26" fill="${g.touched ? hues[g.server % hues.length] : "#2a3342"}"
+      stroke="#0b0e13" stroke-width="0.5"><title>${esc(g.lo)}… · ${g.n} range${g.n > 1 ? "s" : ""} · server ${g.server} · ${fmt(g.entities)} entities${g.touched ? " · read by this plan" : ""}</title></rect>`
+      + (g.touched && w > 50 ? `<text x="${(at + 4).toFixed(1)}" y="60">server ${g.server}</text>` : "");
+  }).join("");
+  const touched = ks.ranges.filter((r) => r.touched).length;
+  return `<h4>Over the key space</h4>
+    <svg id="ex-keyspace" width="${W}" height="70" data-touched="${touched}" data-ranges="${ks.ranges.length}" data-servers="${ks.servers_touched.join(",")}">
+      <text x="0" y="12">${esc(ks.table)}: ${fmt(ks.ranges.length)} range partitions, ${fmt(total)} entities · the plan touches ${fmt(touched)} of them on server${ks.servers_touched.length === 1 ? "" : "s"} ${ks.servers_touched.join(", ") || "none"}</text>
+      ${rects}
+    </svg>`;
 }
 
 $("#ex-run").addEventListener("click", () => explain(false));
