@@ -77,7 +77,8 @@ async function keysPage(params, gen) {
     status(`updated ${new Date().toLocaleTimeString()}`);
   };
   await load();
-  // `cell=hot`: open the busiest cell (a link that shows who made a key hot).
+  // `cell=hot`: open the busiest cell by the metric shown (a link that
+  // shows who made a key hot).
   if (params.get("cell") === "hot") await openHottestCell();
   poll(gen, load, Math.max(2, Math.min(kv.slot_seconds, 60)) * 1000);
 }
@@ -268,14 +269,16 @@ async function openCell(b, s) {
     (the heaviest per key are kept; the rest, and work of the analytics engine's own tasks, is not attributed)</p>
     <ol>${r.statements.map((x) => `<li><b>${fmt(x.entities)}</b> entities · ${x.query == null
       ? `<span class="muted">a statement no longer in the statement log (${esc(x.tag)})</span>`
-      : `<code>${esc(x.query)}</code> <span class="muted">${esc(x.classes.join(", "))} · ${fmt(x.calls)} calls in all</span>`}</li>`).join("")
+      : `<code>${esc(x.query)}</code> <span class="muted">${esc(x.classes.join(", "))} · ${fmt(x.calls)} call${x.calls === 1 ? "" : "s"} in all</span>`}</li>`).join("")
       || "<li class=muted>no statement recorded (internal work, or traffic before the statement log)</li>"}</ol>`;
 }
 
+// The busiest cell by the metric shown.
 async function openHottestCell() {
+  const metric = $("#kv-metric").value;
   let best = null;
   for (let b = 0; b < kv.buckets.length; b++) for (let s = 0; s < kv.slots.length; s++) {
-    const v = cellValue(b, s, "total");
+    const v = cellValue(b, s, metric);
     if (v > 0 && (!best || v > best[2])) best = [b, s, v];
   }
   if (best) await openCell(best[0], best[1]);
@@ -419,14 +422,18 @@ function keySpace(ks) {
   if (!ks || !ks.ranges.length) return "";
   const W = 1000, total = ks.ranges.reduce((a, r) => a + r.entities, 0);
   const floor = Math.max(total, 1) / (4 * ks.ranges.length);
-  // Neighbours alike (server, touched) merge into one segment: ten
-  // thousand ranges still draw as a few shapes.
+  // Neighbours alike (server, touched) merge into one segment, and so do
+  // neighbours too thin to see (under 2 px, touched or not alike): ten
+  // thousand ranges still draw as a few hundred shapes.
+  const weight = ks.ranges.reduce((a, r) => a + Math.max(r.entities, floor), 0);
+  const thin = (2 * weight) / W;
   const segs = [];
   for (const r of ks.ranges) {
     const w = Math.max(r.entities, floor);
     const last = segs[segs.length - 1];
-    if (last && last.server === r.server && last.touched === r.touched) {
+    if (last && last.touched === r.touched && (last.server === r.server || last.w + w <= thin)) {
       last.w += w; last.n++; last.entities += r.entities;
+      if (last.server !== r.server) last.server = -1;
     } else segs.push({ lo: r.lo_label, server: r.server, touched: r.touched, w, n: 1, entities: r.entities });
   }
   const sum = segs.reduce((a, g) => a + g.w, 0);
@@ -435,14 +442,15 @@ function keySpace(ks) {
   const rects = segs.map((g) => {
     const w = (W * g.w) / sum, at = x;
     x += w;
-    return `<rect x="${at.toFixed(1)}" y="18" width="${Math.max(w, 1).toFixed(1)}" height="26" fill="${g.touched ? hues[g.server % hues.length] : "#2a3342"}"
-      stroke="#0b0e13" stroke-width="0.5"><title>${esc(g.lo)}… · ${g.n} range${g.n > 1 ? "s" : ""} · server ${g.server} · ${fmt(g.entities)} entities${g.touched ? " · read by this plan" : ""}</title></rect>`
-      + (g.touched && w > 50 ? `<text x="${(at + 4).toFixed(1)}" y="60">server ${g.server}</text>` : "");
+    const mixed = g.server < 0;
+    return `<rect x="${at.toFixed(1)}" y="18" width="${Math.max(w, 1).toFixed(1)}" height="26" fill="${g.touched ? (mixed ? "#8ab4f8" : hues[g.server % hues.length]) : "#2a3342"}"
+      stroke="#0b0e13" stroke-width="0.5"><title>${esc(g.lo)}… · ${g.n} range${g.n > 1 ? "s" : ""} · ${mixed ? "several servers" : `server ${g.server}`} · ${fmt(g.entities)} entities${g.touched ? " · read by this plan" : ""}</title></rect>`
+      + (g.touched && !mixed && w > 50 ? `<text x="${(at + 4).toFixed(1)}" y="60">server ${g.server}</text>` : "");
   }).join("");
   const touched = ks.ranges.filter((r) => r.touched).length;
   return `<h4>Over the key space</h4>
     <svg id="ex-keyspace" width="${W}" height="70" data-touched="${touched}" data-ranges="${ks.ranges.length}" data-servers="${ks.servers_touched.join(",")}">
-      <text x="0" y="12">${esc(ks.table)}: ${fmt(ks.ranges.length)} range partitions, ${fmt(total)} entities · the plan touches ${fmt(touched)} of them on server${ks.servers_touched.length === 1 ? "" : "s"} ${ks.servers_touched.join(", ") || "none"}</text>
+      <text x="0" y="12">${esc(ks.table)}: ${fmt(ks.ranges.length)} range partition${ks.ranges.length === 1 ? "" : "s"}, ${fmt(total)} entities · the plan touches ${fmt(touched)} of them on server${ks.servers_touched.length === 1 ? "" : "s"} ${ks.servers_touched.join(", ") || "none"}</text>
       ${rects}
     </svg>`;
 }
