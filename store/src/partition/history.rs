@@ -180,29 +180,7 @@ impl Shared {
                 hi: std::ops::Bound::Excluded(row_key(tier, oldest, 0)),
             },
         }]);
-        loop {
-            let page = self
-                .store
-                .query_blocking(KEYVIZ_TABLE, &q, &PageRequest::first(100))?;
-            if page.entities.is_empty() {
-                return Ok(());
-            }
-            // One transaction per PartitionKey (a page is in key order).
-            for group in page
-                .entities
-                .chunk_by(|a, b| a.partition_key == b.partition_key)
-            {
-                let ops: Vec<_> = group
-                    .iter()
-                    .map(|e| Operation::Delete {
-                        partition_key: e.partition_key.clone(),
-                        row_key: e.row_key.clone(),
-                        if_match: crate::IfMatch::Any,
-                    })
-                    .collect();
-                self.store.execute_blocking(KEYVIZ_TABLE, &ops)?;
-            }
-        }
+        self.delete_all(KEYVIZ_TABLE, &q)
     }
 }
 

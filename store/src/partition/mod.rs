@@ -989,24 +989,34 @@ impl Shared {
 
     /// Deletes PartitionKey `pk` of system table `system`.
     fn delete_partition(&self, system: &str, pk: &str) -> Result<()> {
-        let q = Query::spans(vec![KeyBox::partition(pk)]);
+        self.delete_all(system, &Query::spans(vec![KeyBox::partition(pk)]))
+    }
+
+    /// Deletes every entity of system table `system` that `q` selects,
+    /// one transaction per PartitionKey of each page.
+    fn delete_all(&self, system: &str, q: &Query) -> Result<()> {
         loop {
             let page = self
                 .store
-                .query_blocking(system, &q, &PageRequest::first(100))?;
+                .query_blocking(system, q, &PageRequest::first(100))?;
             if page.entities.is_empty() {
                 return Ok(());
             }
-            let ops: Vec<_> = page
+            // A page is in key order: its PartitionKeys come in runs.
+            for group in page
                 .entities
-                .iter()
-                .map(|e| Operation::Delete {
-                    partition_key: e.partition_key.clone(),
-                    row_key: e.row_key.clone(),
-                    if_match: crate::IfMatch::Any,
-                })
-                .collect();
-            self.store.execute_blocking(system, &ops)?;
+                .chunk_by(|a, b| a.partition_key == b.partition_key)
+            {
+                let ops: Vec<_> = group
+                    .iter()
+                    .map(|e| Operation::Delete {
+                        partition_key: e.partition_key.clone(),
+                        row_key: e.row_key.clone(),
+                        if_match: crate::IfMatch::Any,
+                    })
+                    .collect();
+                self.store.execute_blocking(system, &ops)?;
+            }
         }
     }
 
