@@ -97,13 +97,13 @@ tokio::task_local! {
 /// Runs `f` as the statement tagged `tag` (non-zero): the partition
 /// layer's key visualizer counts the traffic `f` causes against it, so a
 /// hot key can be traced to the statements that made it hot. Work `f`
-/// hands to the store's blocking pool keeps the tag; tasks it spawns
-/// itself do not.
+/// hands to the store's blocking pool or its scan tasks keeps the tag;
+/// tasks spawned outside the store (the analytics engine's) do not.
 pub async fn statement_scope<F: std::future::Future>(tag: u64, f: F) -> F::Output {
     STATEMENT.scope(tag, f).await
 }
 
-/// [`statement_scope`] for one synchronous step (a stream's poll).
+/// [`statement_scope`] for synchronous work (on the blocking pool).
 pub fn in_statement<R>(tag: u64, f: impl FnOnce() -> R) -> R {
     STATEMENT.sync_scope(tag, f)
 }
