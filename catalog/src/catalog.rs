@@ -420,14 +420,71 @@ impl Catalog {
         if if_not_exists && def.columns.iter().any(|c| c.name == column.name) {
             return Ok(false);
         }
-        let new = def.with_column(column)?;
+        self.change(def.with_column(column)?).await?;
+        Ok(true)
+    }
+
+    /// The table that has index `name`.
+    pub fn index_table(&self, name: &str) -> Option<Arc<TableDef>> {
+        self.tables
+            .read()
+            .values()
+            .find(|e| e.def.index(name).is_some())
+            .map(|e| e.def.clone())
+    }
+
+    /// CREATE [UNIQUE] INDEX [IF NOT EXISTS]: records the index (from now on
+    /// every write maintains it; the caller backfills existing rows).
+    /// Returns the new definition, `None` when it existed (IF NOT EXISTS).
+    pub async fn create_index(
+        &self,
+        table: &str,
+        name: &str,
+        columns: &[String],
+        unique: bool,
+        if_not_exists: bool,
+    ) -> Result<Option<Arc<TableDef>>> {
+        let _ddl = self.ddl.lock().await;
+        let def = self.table(table)?;
+        if self.index_table(name).is_some() || self.table(name).is_ok() {
+            return if if_not_exists {
+                Ok(None)
+            } else {
+                Err(CatalogError::IndexExists {
+                    name: name.to_owned(),
+                })
+            };
+        }
+        self.change(def.with_index(name, columns, unique)?)
+            .await
+            .map(Some)
+    }
+
+    /// DROP INDEX: forgets the index; returns the table as it was (its
+    /// entries are still in the store: the caller deletes them).
+    pub async fn drop_index(&self, name: &str) -> Result<Arc<TableDef>> {
+        let _ddl = self.ddl.lock().await;
+        let def = self
+            .index_table(name)
+            .ok_or_else(|| CatalogError::UnknownIndex {
+                name: name.to_owned(),
+            })?;
+        let mut new = (*def).clone();
+        new.indexes.retain(|i| i.name != name);
+        self.change(new).await?;
+        Ok(def)
+    }
+
+    /// Records a changed definition of an existing table (the DDL lock
+    /// held).
+    async fn change(&self, new: TableDef) -> Result<Arc<TableDef>> {
         let etag = self
             .tables
             .read()
-            .get(&table.to_ascii_lowercase())
+            .get(&new.name.to_ascii_lowercase())
             .and_then(|e| e.etag.clone());
         match self.record(new, Record::Change(etag.as_ref())).await {
-            Ok(_) => Ok(true),
+            Ok(def) => Ok(def),
             Err(e @ CatalogError::ChangedElsewhere { .. }) => {
                 self.reload().await?;
                 Err(e)

@@ -92,6 +92,48 @@ pub enum CatalogError {
         /// The value.
         value: String,
     },
+    /// An index entry's RowKey would exceed the store's key length.
+    #[error(
+        "index row for \"{index}\" on \"{table}\" is {units} UTF-16 units, more than a RowKey holds ({limit})",
+        limit = tablegate_store::limits::MAX_KEY_UTF16
+    )]
+    IndexRowTooLong {
+        /// The index.
+        index: String,
+        /// Its table.
+        table: String,
+        /// The entry's key length.
+        units: usize,
+    },
+    /// A base RowKey in the range reserved for index entries.
+    #[error(
+        "a RowKey of \"{table}\" may not begin with U+10FFFF: it is reserved for index entries"
+    )]
+    ReservedRowKey {
+        /// The table.
+        table: String,
+    },
+    /// No such index.
+    #[error("index \"{name}\" does not exist")]
+    UnknownIndex {
+        /// As written.
+        name: String,
+    },
+    /// CREATE INDEX of a name in use.
+    #[error("relation \"{name}\" already exists")]
+    IndexExists {
+        /// As written.
+        name: String,
+    },
+    /// An index the store cannot keep (a key column, too many columns or
+    /// indexes).
+    #[error("{reason}")]
+    InvalidIndex {
+        /// What is wrong.
+        reason: String,
+        /// How to fix it.
+        hint: &'static str,
+    },
     /// A stored definition that does not decode.
     #[error("corrupt catalog entry: {0}")]
     Corrupt(String),

@@ -8,6 +8,8 @@
 //!   between SQL rows and entities.
 //! - [`keycodec`] — the order-preserving text a typed key column (integer,
 //!   bigint, timestamp, uuid) is stored as in PartitionKey / RowKey.
+//! - [`index`] — local secondary indexes: the RowKey of an index entry,
+//!   which sorts after every base entity of its partition.
 //! - [`catalog`] — [`Catalog`]: definitions persisted in the system table
 //!   `tgsys_catalog`, CREATE / DROP / ALTER ADD COLUMN.
 //!
@@ -16,12 +18,14 @@
 
 pub mod catalog;
 pub mod error;
+pub mod index;
 pub mod keycodec;
 pub mod table;
 pub mod types;
 
 pub use catalog::{CATALOG_TABLE, Catalog, Created, REFRESH_EVERY};
 pub use error::{CatalogError, Result};
+pub use index::{INDEX_ROW_PREFIX, IndexDef};
 pub use table::{
     BUCKET_COLUMN, Column, ColumnDefault, ColumnRef, ETAG_COLUMN, HIDDEN_BUCKETS, ROWID_COLUMN,
     Role, TIMESTAMP_COLUMN, TableDef,

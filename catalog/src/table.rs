@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use tablegate_store::{Entity, EntityWrite, Value, limits};
 
 use crate::error::{CatalogError, Result};
+use crate::index::{IndexDef, MAX_INDEX_COLUMNS, MAX_INDEXES_PER_TABLE};
 use crate::types::SqlType;
 
 /// The read-only system column holding the store's Timestamp.
@@ -149,6 +150,9 @@ pub struct TableDef {
     pub partition_key: String,
     /// The RowKey column; `None` means the RowKey is always `""`.
     pub row_key: Option<String>,
+    /// Local secondary indexes ([`crate::index`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub indexes: Vec<IndexDef>,
 }
 
 impl TableDef {
@@ -225,6 +229,7 @@ impl TableDef {
             columns,
             partition_key: pk,
             row_key: rk,
+            indexes: Vec::new(),
         })
     }
 
@@ -240,7 +245,66 @@ impl TableDef {
         columns.push(column);
         let mut key = vec![self.partition_key.clone()];
         key.extend(self.row_key.clone());
-        TableDef::new(&self.name, columns, &key)
+        let mut def = TableDef::new(&self.name, columns, &key)?;
+        def.indexes = self.indexes.clone();
+        Ok(def)
+    }
+
+    /// Adds a local index on property columns (CREATE INDEX).
+    pub fn with_index(&self, name: &str, columns: &[String], unique: bool) -> Result<TableDef> {
+        let invalid =
+            |reason: String, hint: &'static str| CatalogError::InvalidIndex { reason, hint };
+        if self.indexes.len() >= MAX_INDEXES_PER_TABLE {
+            return Err(invalid(
+                format!(
+                    "table \"{}\" has {} indexes, the most one table may have",
+                    self.name, MAX_INDEXES_PER_TABLE
+                ),
+                "every index is written on every insert and uses entity-group transaction slots: drop one first",
+            ));
+        }
+        if columns.is_empty() || columns.len() > MAX_INDEX_COLUMNS {
+            return Err(invalid(
+                format!(
+                    "an index has 1 to {MAX_INDEX_COLUMNS} columns, not {}",
+                    columns.len()
+                ),
+                "index the columns your queries test with = after the PartitionKey",
+            ));
+        }
+        for (i, c) in columns.iter().enumerate() {
+            let col = self.resolve(c)?;
+            if columns[..i].contains(c) {
+                return Err(CatalogError::DuplicateColumn { column: c.clone() });
+            }
+            if col.role != Role::Property {
+                return Err(invalid(
+                    format!(
+                        "column \"{c}\" is {}, which the store already indexes",
+                        match col.role {
+                            Role::PartitionKey => "the PartitionKey",
+                            Role::RowKey => "the RowKey",
+                            _ => "a system column",
+                        }
+                    ),
+                    "index property columns; PartitionKey and RowKey are the clustered index",
+                ));
+            }
+        }
+        let id = self.indexes.iter().map(|i| i.id).max().unwrap_or(0) + 1;
+        let mut def = self.clone();
+        def.indexes.push(IndexDef {
+            name: name.to_owned(),
+            id,
+            columns: columns.to_vec(),
+            unique,
+        });
+        Ok(def)
+    }
+
+    /// The index named `name`, if this table has it.
+    pub fn index(&self, name: &str) -> Option<&IndexDef> {
+        self.indexes.iter().find(|i| i.name == name)
     }
 
     /// The same table keyed by other columns, for what-if planning
@@ -420,6 +484,7 @@ impl TableDef {
                     if col.role == Role::PartitionKey {
                         pk = Some(text);
                     } else {
+                        crate::index::check_base_row_key(&self.name, &text)?;
                         rk = Some(text);
                     }
                 }

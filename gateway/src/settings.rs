@@ -50,6 +50,7 @@ const DEFAULTS: &[(&str, &str)] = &[
     ("tablegate.retry_policy", "exponential"),
     ("tablegate.retry_max", "5"),
     ("tablegate.scan_parallelism", "4"),
+    ("tablegate.use_indexes", "on"),
 ];
 
 /// Settings PostgreSQL reports but does not let a session change.
@@ -169,12 +170,12 @@ impl Settings {
                 Ok(n) if (-15..=3).contains(&n) => n.to_string(),
                 _ => return Err(bad("an integer from -15 to 3")),
             },
-            "tablegate.allow_full_scan" | "default_transaction_read_only" => {
-                match parse_bool(value) {
-                    Some(b) => if b { "on" } else { "off" }.to_owned(),
-                    None => return Err(bad("on or off")),
-                }
-            }
+            "tablegate.allow_full_scan"
+            | "tablegate.use_indexes"
+            | "default_transaction_read_only" => match parse_bool(value) {
+                Some(b) => if b { "on" } else { "off" }.to_owned(),
+                None => return Err(bad("on or off")),
+            },
             "tablegate.page_size" => match value.parse::<usize>() {
                 Ok(n) if (1..=1000).contains(&n) => n.to_string(),
                 _ => return Err(bad("an integer from 1 to 1000 (entities per store page)")),
@@ -307,6 +308,7 @@ fn exec_options(settings: &BTreeMap<String, String>) -> ExecOptions {
         retry,
         parallelism: get("tablegate.scan_parallelism").parse().unwrap_or(4),
         allow_full_scan: get("tablegate.allow_full_scan") != "off",
+        use_indexes: get("tablegate.use_indexes") != "off",
         overlay: None,
     }
 }

@@ -316,6 +316,13 @@ impl From<&CatalogError> for PgError {
             CatalogError::InvalidText { .. } => PgError::new("22P02", m),
             CatalogError::InvalidKeyValue { .. } => PgError::new("22008", m)
                 .hint("a timestamp key lies between 1601-01-01 and 9999-12-31 UTC (the EDM range)"),
+            CatalogError::IndexRowTooLong { .. } => PgError::new("54000", m).hint(
+                "index only short values: the entry's RowKey holds every indexed value (text and bytea as hex) and the base RowKey",
+            ),
+            CatalogError::ReservedRowKey { .. } => PgError::new("22023", m),
+            CatalogError::UnknownIndex { .. } => PgError::new("42704", m),
+            CatalogError::IndexExists { .. } => PgError::new("42P07", m),
+            CatalogError::InvalidIndex { hint, .. } => PgError::new("0A000", m).hint(*hint),
             CatalogError::Corrupt(_) => PgError::new("XX001", m),
             CatalogError::Store(s) => PgError::from(s),
         }
@@ -340,6 +347,9 @@ impl From<&PlanError> for PgError {
             PlanError::DuplicateKey { key, .. } => {
                 PgError::new("23505", m).detail(format!("Key {key} already exists."))
             }
+            PlanError::UniqueViolation { key, .. } => PgError::new("23505", m)
+                .detail(format!("Key {key} already exists."))
+                .hint("a local UNIQUE index is unique within each PartitionKey"),
             PlanError::GeneratedAlways { column } => PgError::new("428C9", m)
                 .detail(format!(
                     "Column \"{column}\" is an identity column defined as GENERATED ALWAYS."

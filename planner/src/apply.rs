@@ -28,6 +28,7 @@ use tablegate_store::{
 use crate::error::{PlanError, Result};
 use crate::exec::{ExecOptions, scan_entities};
 use crate::identity::Identities;
+use crate::index;
 use crate::plan::BoundSelect;
 use crate::txn::{Change, Transaction};
 use crate::value_expr::{EvalCtx, Row, VExpr, assign, cast, default_value};
@@ -224,13 +225,15 @@ async fn push_rows(
         };
         let read = match (conflict, &*sink) {
             (OnConflict::Error, Sink::Auto(_)) => Read::Blind,
+            // With indexes, an upsert reads first: its entries depend on
+            // what it replaces.
             (
                 OnConflict::Update {
                     blind_merge: Some(_),
                     ..
                 },
                 _,
-            ) => Read::Blind,
+            ) if table.indexes.is_empty() => Read::Blind,
             _ => Read::Unread,
         };
         intents.push(Intent {
@@ -471,6 +474,17 @@ impl Runner<'_> {
         })
     }
 
+    /// Rows one entity-group transaction takes: 100, fewer when each row
+    /// also writes index entries.
+    fn group_rows(&self) -> usize {
+        let changes_values = match &self.plan.kind {
+            WriteKind::Update { .. } => true,
+            WriteKind::Insert { conflict, .. } => matches!(conflict, OnConflict::Update { .. }),
+            WriteKind::Delete { .. } => false,
+        };
+        index::rows_per_group(&self.plan.table, changes_values)
+    }
+
     async fn get(&self, pk: &str, rk: &str) -> Result<Option<Entity>> {
         let mut stats = RetryStats::default();
         let table = &self.plan.table.name;
@@ -539,9 +553,10 @@ impl Sink<'_> {
     async fn push(&mut self, r: &Runner<'_>, mut it: Intent) -> Result<()> {
         match self {
             Sink::Auto(g) => {
-                if g.pending.first().is_some_and(|f| {
-                    f.pk != it.pk || g.pending.len() >= limits::MAX_BATCH_OPERATIONS
-                }) {
+                if g.pending
+                    .first()
+                    .is_some_and(|f| f.pk != it.pk || g.pending.len() >= r.group_rows())
+                {
                     g.flush(r).await?;
                 }
                 g.pending.push(it);
@@ -612,7 +627,6 @@ impl Groups {
         if group.is_empty() {
             return Ok(());
         }
-        let table = &r.plan.table.name;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -637,7 +651,7 @@ impl Groups {
             if ops.is_empty() {
                 return Ok(());
             }
-            match self.execute(r, table, ops, &group, &from).await {
+            match self.execute(r, ops, &group, &from).await {
                 Ok(()) => return Ok(()),
                 Err(Retry::Again(index)) if attempt < MAX_ATTEMPTS => {
                     // Another session changed an entity this group read:
@@ -681,7 +695,6 @@ impl Groups {
     async fn execute(
         &mut self,
         r: &Runner<'_>,
-        table: &str,
         ops: Vec<Operation>,
         group: &[Intent],
         from: &[usize],
@@ -690,8 +703,10 @@ impl Groups {
         // that every attempt (a throttled one is retried) sends as it is.
         let mut ends = Vec::new();
         let mut size = 0;
+        // Room for the index entries each operation may add and remove.
+        let entries = 2 * r.plan.table.indexes.len() * (2 * limits::MAX_KEY_UTF16 + 256);
         for (i, op) in ops.iter().enumerate() {
-            let bytes = op.payload_size();
+            let bytes = op.payload_size() + entries;
             if i > 0 && size + bytes > limits::MAX_BATCH_BYTES {
                 ends.push(i);
                 size = 0;
@@ -703,11 +718,28 @@ impl Groups {
         let mut start = 0;
         for end in ends {
             let chunk: Arc<[Operation]> = ops.by_ref().take(end - start).collect();
+            let known: Vec<Option<Entity>> = from[start..end]
+                .iter()
+                .map(|&i| match &group[i].read {
+                    Read::Known(e) => e.clone(),
+                    _ => None,
+                })
+                .collect();
             let mut stats = RetryStats::default();
-            let res = with_retry(&r.opts.retry, &mut stats, || {
-                r.store.execute(table, Arc::clone(&chunk))
-            })
+            let res = index::execute(
+                r.store,
+                &r.plan.table,
+                Arc::clone(&chunk),
+                &known,
+                &r.opts.retry,
+                &mut stats,
+            )
             .await;
+            let res = match res {
+                Ok(o) => Ok(o),
+                Err(PlanError::Store(e)) => Err(e),
+                Err(e) => return Err(Retry::Fail(e)),
+            };
             match res {
                 Ok(outcomes) => {
                     self.done.groups += 1;

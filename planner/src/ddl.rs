@@ -234,3 +234,59 @@ pub fn alter_table(at: &ast::AlterTable) -> Result<(String, Column, bool)> {
         }),
     }
 }
+
+/// `CREATE [UNIQUE] INDEX [IF NOT EXISTS] [name] ON t (c, …)`: a local
+/// index (see [`crate::index`]). Expressions, partial indexes, INCLUDE and
+/// `USING` are refused by name.
+pub fn create_index(ci: &ast::CreateIndex) -> Result<crate::Plan> {
+    let refuse = |what: &str, hint: &str| PlanError::Unsupported {
+        feature: format!("CREATE INDEX with {what}"),
+        hint: hint.into(),
+    };
+    if ci.predicate.is_some() {
+        return Err(refuse("WHERE (a partial index)", "index the whole table"));
+    }
+    if !ci.include.is_empty() {
+        return Err(refuse(
+            "INCLUDE",
+            "a lookup reads the base entity anyway; leave INCLUDE out",
+        ));
+    }
+    if ci.using.is_some() || !ci.with.is_empty() {
+        return Err(refuse(
+            "USING / WITH options",
+            "a local index is an ordered run of index entities in each partition; leave the options out",
+        ));
+    }
+    let table = object_name(&ci.table_name)?;
+    let mut columns = Vec::new();
+    for c in &ci.columns {
+        match &c.column.expr {
+            ast::Expr::Identifier(i) => columns.push(fold(i)),
+            e => {
+                return Err(refuse(
+                    &format!("the expression {e}"),
+                    "index plain columns",
+                ));
+            }
+        }
+        if c.column.options.asc == Some(false) {
+            return Err(refuse(
+                "DESC",
+                "entries are kept in ascending order; an equality lookup does not depend on it",
+            ));
+        }
+    }
+    let name = match &ci.name {
+        Some(n) => object_name(n)?,
+        // PostgreSQL's default name.
+        None => format!("{table}_{}_idx", columns.join("_")),
+    };
+    Ok(crate::Plan::CreateIndex {
+        table,
+        name,
+        columns,
+        unique: ci.unique,
+        if_not_exists: ci.if_not_exists,
+    })
+}

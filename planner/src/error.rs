@@ -155,6 +155,15 @@ pub enum PlanError {
         /// `(id)=(42)`, as PostgreSQL's detail shows it.
         key: String,
     },
+    /// A write that would give a UNIQUE index a second entity with one
+    /// value in a partition.
+    #[error("duplicate key value violates unique constraint \"{index}\"")]
+    UniqueViolation {
+        /// The index.
+        index: String,
+        /// `(email)=(a@b)`.
+        key: String,
+    },
     /// A value for a `GENERATED ALWAYS AS IDENTITY` column.
     #[error("cannot insert a non-DEFAULT value into column \"{column}\"")]
     GeneratedAlways {

@@ -30,12 +30,13 @@ use tablegate_store::driven::Driven;
 use tablegate_store::partition::scan::ScanOptions;
 use tablegate_store::retry::{RetryStats, with_retry};
 use tablegate_store::{
-    Backend, EncodedEntities, EncodedEntity, Entity, KeyOrder, Query, RawProperty, RetryPolicy,
-    TableStore, Value, ValueRef,
+    Backend, EncodedEntities, EncodedEntity, Entity, KeyBox, KeyOrder, Query, RawProperty,
+    RetryPolicy, TableStore, Value, ValueRef,
 };
 use tokio::sync::mpsc;
 
 use crate::error::{PlanError, Result};
+use crate::index;
 use crate::keys::AccessClass;
 use crate::plan::{BoundSelect, OutputColumn, Route};
 use crate::txn::Overlay;
@@ -51,6 +52,8 @@ pub struct ExecOptions {
     pub parallelism: usize,
     /// `tablegate.allow_full_scan`.
     pub allow_full_scan: bool,
+    /// `tablegate.use_indexes`: look rows up through local indexes.
+    pub use_indexes: bool,
     /// The open transaction's staged writes: reads see them.
     pub overlay: Option<Arc<Overlay>>,
 }
@@ -62,6 +65,7 @@ impl Default for ExecOptions {
             retry: RetryPolicy::default(),
             parallelism: 4,
             allow_full_scan: true,
+            use_indexes: true,
             overlay: None,
         }
     }
@@ -83,6 +87,8 @@ pub struct Actuals {
     pub tokens_followed: u64,
     /// Servers that served pages.
     pub servers: BTreeSet<usize>,
+    /// The index looked in, if any.
+    pub index: Option<String>,
     /// Throttled retries.
     pub retries: u32,
     /// Time spent backing off.
@@ -106,7 +112,9 @@ pub fn store_query(b: &BoundSelect) -> Query {
         f.properties(&mut projection);
     }
     Query {
-        spans: b.access.spans.clone(),
+        // A table with indexes holds their entries after its rows in each
+        // partition: reads of the table stop below them.
+        spans: tablegate_catalog::index::clip_to_user_rows(&b.plan.table, &b.access.spans),
         filter: b.access.filter.clone(),
         projection: Some(projection),
     }
@@ -295,13 +303,53 @@ impl Window {
 
 impl Task {
     /// Runs the query to its end; an error goes to the reader.
-    async fn run_to_end(self) {
+    async fn run_to_end(mut self) {
         let started = Instant::now();
-        let r = self.run().await;
+        let r = match self.use_index().await {
+            Ok(()) => self.run().await,
+            Err(e) => Err(e),
+        };
         self.actuals.lock().elapsed = started.elapsed();
         if let Err(e) = r {
             self.out.fail(e).await;
         }
+    }
+
+    /// Replaces whole-partition spans by the base entities an index lookup
+    /// names (see [`crate::index`]), when the query allows one.
+    async fn use_index(&mut self) -> Result<()> {
+        // A transaction's staged rows have no entries until COMMIT.
+        let staged = self
+            .opts
+            .overlay
+            .as_ref()
+            .is_some_and(|o| o.table.eq_ignore_ascii_case(&self.b.plan.table.name));
+        if !self.opts.use_indexes || staged {
+            return Ok(());
+        }
+        let Some(p) = index::choose(&self.b.plan.table, &self.b.access) else {
+            return Ok(());
+        };
+        let found = index::probe(&self.store, &self.b.plan.table, &p, &self.opts.retry).await?;
+        {
+            let mut a = self.actuals.lock();
+            a.scanned += found.entries;
+            a.pages += found.requests;
+            a.index = Some(self.b.plan.table.indexes[p.index].name.clone());
+        }
+        let access = &mut self.b.access;
+        access.spans = found
+            .keys
+            .into_iter()
+            .map(|(pk, rk)| KeyBox::point(pk, rk))
+            .collect();
+        // The filter stays: every base entity is tested again.
+        access.class = if access.spans.is_empty() {
+            AccessClass::Empty
+        } else {
+            AccessClass::Point
+        };
+        Ok(())
     }
 
     async fn run(&self) -> Result<()> {
@@ -322,6 +370,9 @@ impl Task {
                     s.pk.as_point().expect("point class"),
                     s.rk.as_point().expect("point class"),
                 );
+                if rk.starts_with(tablegate_catalog::INDEX_ROW_PREFIX) {
+                    continue;
+                }
                 if let Some(staged) = overlay.and_then(|o| o.get(table, pk, rk)) {
                     if let Some(e) = staged
                         && access.filter.as_ref().is_none_or(|f| f.matches(e))

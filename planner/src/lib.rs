@@ -80,6 +80,7 @@ pub mod exec;
 pub mod explain;
 pub mod expr;
 pub mod identity;
+pub mod index;
 pub mod keys;
 pub mod plan;
 pub mod txn;
@@ -92,8 +93,8 @@ use std::sync::Arc;
 use sqlparser::ast::{self, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
-use tablegate_catalog::{Catalog, Column, Created, REFRESH_EVERY, TableDef};
-use tablegate_store::{Backend, Value};
+use tablegate_catalog::{Catalog, CatalogError, Column, Created, REFRESH_EVERY, TableDef};
+use tablegate_store::{Backend, RetryPolicy, Value};
 
 pub use apply::WriteOutcome;
 pub use error::{PlanError, Result, TxnRule};
@@ -157,6 +158,26 @@ pub enum Plan {
         column: Column,
         /// IF NOT EXISTS.
         if_not_exists: bool,
+    },
+    /// CREATE [UNIQUE] INDEX: a local index, built over existing rows.
+    CreateIndex {
+        /// Table.
+        table: String,
+        /// Index name.
+        name: String,
+        /// Indexed columns.
+        columns: Vec<String>,
+        /// UNIQUE.
+        unique: bool,
+        /// IF NOT EXISTS.
+        if_not_exists: bool,
+    },
+    /// DROP INDEX.
+    DropIndex {
+        /// Indexes.
+        names: Vec<String>,
+        /// IF EXISTS.
+        if_exists: bool,
     },
     /// A statement the planner does not handle (session commands, writes):
     /// the gateway decides.
@@ -364,6 +385,16 @@ impl Planner {
                 names: ddl::drop_tables(names)?,
                 if_exists: *if_exists,
             },
+            Statement::CreateIndex(ci) => ddl::create_index(ci)?,
+            Statement::Drop {
+                object_type: ast::ObjectType::Index,
+                if_exists,
+                names,
+                ..
+            } => Plan::DropIndex {
+                names: ddl::drop_tables(names)?,
+                if_exists: *if_exists,
+            },
             Statement::AlterTable(at) => {
                 let (table, column, if_not_exists) = ddl::alter_table(at)?;
                 Plan::AddColumn {
@@ -487,10 +518,100 @@ impl Planner {
                     }),
                 })
             }
+            Plan::CreateIndex {
+                table,
+                name,
+                columns,
+                unique,
+                if_not_exists,
+            } => {
+                self.create_index(table, name, columns, *unique, *if_not_exists)
+                    .await
+            }
+            Plan::DropIndex { names, if_exists } => {
+                if !*if_exists {
+                    for n in names {
+                        if self.catalog.index_table(n).is_none() {
+                            return Err(CatalogError::UnknownIndex { name: n.clone() }.into());
+                        }
+                    }
+                }
+                let mut missing = Vec::new();
+                for n in names {
+                    match self.catalog.drop_index(n).await {
+                        Ok(table) => {
+                            if let Some(def) = table.index(n) {
+                                index::drop_entries(
+                                    &self.store,
+                                    &table.name,
+                                    def,
+                                    &RetryPolicy::default(),
+                                )
+                                .await?;
+                            }
+                        }
+                        Err(CatalogError::UnknownIndex { .. }) => missing.push(n.clone()),
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Ok(DdlOutcome {
+                    tag: "DROP INDEX",
+                    notice: missing
+                        .first()
+                        .map(|n| format!("index \"{n}\" does not exist, skipping")),
+                })
+            }
             _ => Err(PlanError::Unsupported {
                 feature: "this statement as DDL".into(),
                 hint: String::new(),
             }),
+        }
+    }
+
+    /// CREATE INDEX: records the index (writes maintain it from then on),
+    /// then writes the entries of the rows already there. A build that
+    /// fails (a UNIQUE index over duplicates) removes the index again.
+    async fn create_index(
+        &self,
+        table: &str,
+        name: &str,
+        columns: &[String],
+        unique: bool,
+        if_not_exists: bool,
+    ) -> Result<DdlOutcome> {
+        let Some(def) = self
+            .catalog
+            .create_index(table, name, columns, unique, if_not_exists)
+            .await?
+        else {
+            return Ok(DdlOutcome {
+                tag: "CREATE INDEX",
+                notice: Some(format!("relation \"{name}\" already exists, skipping")),
+            });
+        };
+        let at = def.indexes.len() - 1;
+        let progress = |read: u64, written: u64| {
+            tracing::debug!(index = name, read, written, "index build");
+        };
+        let retry = RetryPolicy::default();
+        match index::backfill(&self.store, &def, at, &retry, &progress).await {
+            Ok(written) => {
+                let n = def.indexes.len();
+                Ok(DdlOutcome {
+                    tag: "CREATE INDEX",
+                    notice: Some(format!(
+                        "index \"{name}\" built: {written} entries. Every insert into \"{table}\" now writes {} operations to its entity-group transaction (the row and one entry per index), an update that changes an indexed value up to {}: one transaction holds at most {} such rows.",
+                        1 + n,
+                        1 + 2 * n,
+                        index::rows_per_group(&def, true),
+                    )),
+                })
+            }
+            Err(e) => {
+                let _ = self.catalog.drop_index(name).await;
+                let _ = index::drop_entries(&self.store, &def.name, &def.indexes[at], &retry).await;
+                Err(e)
+            }
         }
     }
 

@@ -224,14 +224,20 @@ impl Transaction {
                 });
             }
         }
-        if !self.writes.staged.contains_key(rk)
-            && self.writes.staged.len() >= limits::MAX_BATCH_OPERATIONS
-        {
+        let most = crate::index::rows_per_group(table, false);
+        if !self.writes.staged.contains_key(rk) && self.writes.staged.len() >= most {
+            let indexes = match table.indexes.len() {
+                0 => String::new(),
+                n => format!(
+                    " of \"{}\" (each row also writes an entry of each of its {n} index{})",
+                    table.name,
+                    if n == 1 { "" } else { "es" }
+                ),
+            };
             return Err(PlanError::TransactionRule {
                 rule: TxnRule::MaxEntities,
                 message: format!(
-                    "a transaction writes at most {} distinct entities; this would be entity {}",
-                    limits::MAX_BATCH_OPERATIONS,
+                    "a transaction writes at most {most} distinct entities{indexes}; this would be entity {}",
                     self.writes.staged.len() + 1
                 ),
             });
@@ -436,51 +442,63 @@ impl Transaction {
     /// COMMIT: sends the staged writes as one entity-group transaction.
     /// Returns the number of operations applied.
     pub async fn commit(self, store: &Backend, retry: &RetryPolicy) -> Result<usize> {
-        let Some((table, _)) = &self.writes.scope else {
+        let Some((table, pk)) = &self.writes.scope else {
             return Ok(0);
         };
-        let table = table.clone();
-        let ops: Arc<[Operation]> = self.into_operations().into();
+        let (table, pk) = (table.clone(), pk.clone());
+        let mut ops = Vec::new();
+        // What each operation's entity was when first read: its index
+        // entries are computed from it.
+        let mut known = Vec::new();
+        for (rk, s) in Arc::unwrap_or_clone(self.writes.staged) {
+            let base = match &s.base {
+                Base::Present(e) => Some(e.clone()),
+                _ => None,
+            };
+            if let Some(op) = operation(&pk, rk, s) {
+                ops.push(op);
+                known.push(base);
+            }
+        }
         if ops.is_empty() {
             return Ok(0);
         }
         let n = ops.len();
         let mut stats = RetryStats::default();
-        let r = with_retry(retry, &mut stats, || {
-            store.execute(&table.name, ops.clone())
+        let r = crate::index::execute(store, &table, ops.into(), &known, retry, &mut stats).await;
+        let e = match r {
+            Ok(_) => return Ok(n),
+            Err(PlanError::Store(e)) => e,
+            Err(other) => return Err(other),
+        };
+        Err(match e.root() {
+            StoreError::ETagMismatch {
+                partition_key,
+                row_key,
+                ..
+            } => PlanError::CommitConflict {
+                detail: format!(
+                    "Entity ({partition_key}, {row_key}) changed after this transaction read it."
+                ),
+            },
+            StoreError::EntityNotFound {
+                partition_key,
+                row_key,
+            } => PlanError::CommitConflict {
+                detail: format!(
+                    "Entity ({partition_key}, {row_key}) was deleted after this transaction read it."
+                ),
+            },
+            StoreError::EntityAlreadyExists {
+                partition_key,
+                row_key,
+            } => PlanError::CommitConflict {
+                detail: format!(
+                    "Entity ({partition_key}, {row_key}) was inserted by another session after this transaction found it absent."
+                ),
+            },
+            _ => PlanError::Store(e),
         })
-        .await;
-        match r {
-            Ok(_) => Ok(n),
-            Err(e) => Err(match e.root() {
-                StoreError::ETagMismatch {
-                    partition_key,
-                    row_key,
-                    ..
-                } => PlanError::CommitConflict {
-                    detail: format!(
-                        "Entity ({partition_key}, {row_key}) changed after this transaction read it."
-                    ),
-                },
-                StoreError::EntityNotFound {
-                    partition_key,
-                    row_key,
-                } => PlanError::CommitConflict {
-                    detail: format!(
-                        "Entity ({partition_key}, {row_key}) was deleted after this transaction read it."
-                    ),
-                },
-                StoreError::EntityAlreadyExists {
-                    partition_key,
-                    row_key,
-                } => PlanError::CommitConflict {
-                    detail: format!(
-                        "Entity ({partition_key}, {row_key}) was inserted by another session after this transaction found it absent."
-                    ),
-                },
-                _ => PlanError::Store(e),
-            }),
-        }
     }
 }
 

@@ -62,6 +62,7 @@ scripts!(
     advise,
     analytics,
     errors,
+    indexes,
     keys,
     prepared,
     transactions,
@@ -90,6 +91,7 @@ on_azure!(
     azure_transactions: transactions,
     azure_prepared: prepared,
     azure_errors: errors,
+    azure_indexes: indexes,
 );
 
 fn run_on_azure(name: &str) {

@@ -214,6 +214,8 @@ impl Prepared {
             Prepared::CopyIn { .. } => Some("COPY FROM"),
             Prepared::Ddl(Plan::CreateTable { .. }) => Some("CREATE TABLE"),
             Prepared::Ddl(Plan::DropTable { .. }) => Some("DROP TABLE"),
+            Prepared::Ddl(Plan::CreateIndex { .. }) => Some("CREATE INDEX"),
+            Prepared::Ddl(Plan::DropIndex { .. }) => Some("DROP INDEX"),
             Prepared::Ddl(_) => Some("ALTER TABLE"),
             _ => None,
         }
@@ -622,7 +624,9 @@ pub fn prepare(
             p @ (Plan::CreateTable { .. }
             | Plan::CreateTableAs { .. }
             | Plan::DropTable { .. }
-            | Plan::AddColumn { .. }) => Prepared::Ddl(p),
+            | Plan::AddColumn { .. }
+            | Plan::CreateIndex { .. }
+            | Plan::DropIndex { .. }) => Prepared::Ddl(p),
             Plan::Other(s) => {
                 let verb = s
                     .to_string()

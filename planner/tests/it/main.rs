@@ -4,4 +4,5 @@ mod differential;
 mod estimates;
 mod fixture;
 mod golden;
+mod indexes;
 mod writes;

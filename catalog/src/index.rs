@@ -1,0 +1,380 @@
+//! Local secondary indexes: what an index entry's RowKey is.
+//!
+//! The Table service indexes only PartitionKey and RowKey. The seeds'
+//! answer for a second access path inside a partition is to write each
+//! entity again under another RowKey (the race example's `BIB:` and `AGE:`
+//! rows) in the same entity-group transaction; `CREATE INDEX` automates
+//! that. An index entry lives in its base entity's partition:
+//!
+//! ```text
+//! RowKey  = U+10FFFF · index id (4 digits) · '.' · component… · base RowKey
+//! component = 'v' · body · '!'   (a value)
+//!           | '~!'               (NULL: sorts after every value)
+//! ```
+//!
+//! - **Reserved**: U+10FFFF is the largest code point, so in each partition
+//!   every index entry sorts after every base entity (a base RowKey may not
+//!   begin with it; [`check_base_row_key`]); reads of the table stop below
+//!   it ([`user_rows`]).
+//! - **Order-preserving bodies** using only characters above `!`, so a
+//!   value's entry sorts with the value and an equality on the leading
+//!   columns is one RowKey prefix ([`IndexDef::lookup_prefix`]): text and
+//!   binary as the hex of their bytes, numbers and times as sign-flipped
+//!   64-bit hex, booleans `0`/`1`. Every body is valid in a RowKey (no `/ \ #
+//!   ?` or control characters), so the Azure backend stores it as is.
+//! - **Unique**: a UNIQUE index's entry ends after its components (one
+//!   entry per value, so a second insert of the value fails in the EGT) and
+//!   names its base entity in [`BASE_PROPERTY`]; a non-unique entry, or a
+//!   unique one holding a NULL (NULLs are distinct, as in PostgreSQL), ends
+//!   with the base RowKey.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+use tablegate_store::query::KeyInterval;
+use tablegate_store::{KeyBox, Value, limits};
+
+use crate::error::{CatalogError, Result};
+use crate::table::TableDef;
+use crate::types::SqlType;
+
+/// The first character of every index entry's RowKey.
+pub const INDEX_ROW_PREFIX: char = '\u{10FFFF}';
+
+/// The property of an index entry naming its base entity's RowKey.
+pub const BASE_PROPERTY: &str = "tg_base";
+
+/// Indexes one table may have (each one is written on every insert).
+pub const MAX_INDEXES_PER_TABLE: usize = 8;
+
+/// Columns one index may have.
+pub const MAX_INDEX_COLUMNS: usize = 4;
+
+/// A local secondary index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexDef {
+    /// Name (unique among all indexes, as in PostgreSQL's schema).
+    pub name: String,
+    /// Its number within the table: the RowKey prefix of its entries.
+    pub id: u32,
+    /// Indexed property columns, in order.
+    pub columns: Vec<String>,
+    /// CREATE UNIQUE INDEX: at most one entity per value in a partition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unique: bool,
+}
+
+/// One index entry: its RowKey and the base entity's.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Entry {
+    /// Position of the index in [`TableDef::indexes`].
+    pub index: usize,
+    /// The entry's RowKey.
+    pub row_key: String,
+}
+
+impl IndexDef {
+    /// The RowKey prefix every entry of this index starts with.
+    pub fn prefix(&self) -> String {
+        format!("{INDEX_ROW_PREFIX}{:04}.", self.id)
+    }
+
+    /// Every entry RowKey of this index (DROP INDEX, verification).
+    pub fn all_entries(&self) -> KeyInterval {
+        KeyInterval::prefix(&self.prefix())
+    }
+
+    /// The entry RowKey for a base entity with these properties; an error
+    /// when it would exceed the store's key length (PostgreSQL's "index
+    /// row size exceeds maximum").
+    pub fn entry_key(
+        &self,
+        table: &TableDef,
+        props: &BTreeMap<String, Value>,
+        base_rk: &str,
+    ) -> Result<String> {
+        let mut key = self.prefix();
+        let mut null = false;
+        for c in &self.columns {
+            match props.get(c) {
+                Some(v) => component(&mut key, v),
+                None => {
+                    null = true;
+                    key.push_str("~!");
+                }
+            }
+        }
+        if !self.unique || null {
+            key.push_str(base_rk);
+        }
+        let units = key.encode_utf16().count();
+        if units > limits::MAX_KEY_UTF16 {
+            return Err(CatalogError::IndexRowTooLong {
+                index: self.name.clone(),
+                table: table.name.clone(),
+                units,
+            });
+        }
+        Ok(key)
+    }
+
+    /// The RowKey prefix of the entries whose leading columns equal
+    /// `values` (one per column, at most [`IndexDef::columns`]); `None`
+    /// when a value is not one the column can hold, so no entity matches.
+    pub fn lookup_prefix(&self, table: &TableDef, values: &[Value]) -> Option<String> {
+        let mut key = self.prefix();
+        for (c, v) in self.columns.iter().zip(values) {
+            let ty = table.columns.iter().find(|d| &d.name == c)?.ty;
+            component(&mut key, &normalize(ty, v)?);
+        }
+        Some(key)
+    }
+}
+
+/// `v` as a value of a column of type `ty` is stored, for an index lookup:
+/// numbers compare across EDM types in SQL, entries are encoded by value.
+fn normalize(ty: SqlType, v: &Value) -> Option<Value> {
+    Some(match (ty, v) {
+        (SqlType::Float8, Value::Int32(i)) => Value::Double(f64::from(*i)),
+        (SqlType::Float8, Value::Int64(i)) => Value::Double(*i as f64),
+        (SqlType::Int2 | SqlType::Int4 | SqlType::Int8, Value::Double(d))
+            if d.fract() == 0.0 && d.abs() < 9.2e18 =>
+        {
+            Value::Int64(*d as i64)
+        }
+        (_, v) if v.edm_type() == ty.edm() => v.clone(),
+        (SqlType::Int2 | SqlType::Int4 | SqlType::Int8, Value::Int32(_) | Value::Int64(_)) => {
+            v.clone()
+        }
+        _ => return None,
+    })
+}
+
+/// Appends one value's component: `v`, an order-preserving body, `!`.
+fn component(key: &mut String, v: &Value) {
+    key.push('v');
+    let sortable = |x: i64| (x as u64) ^ (1 << 63);
+    match v {
+        Value::String(s) => hex(key, s.as_bytes()),
+        Value::Binary(b) => hex(key, b),
+        Value::Guid(g) => hex(key, g),
+        Value::Int32(i) => {
+            let _ = write!(key, "{:016x}", sortable(i64::from(*i)));
+        }
+        Value::Int64(i) => {
+            let _ = write!(key, "{:016x}", sortable(*i));
+        }
+        Value::DateTime(t) => {
+            let _ = write!(key, "{:016x}", sortable(t.0));
+        }
+        Value::Boolean(b) => key.push(if *b { '1' } else { '0' }),
+        Value::Double(d) => {
+            // -0 equals 0 and every NaN equals every NaN in SQL.
+            let d = if *d == 0.0 {
+                0.0
+            } else if d.is_nan() {
+                f64::NAN
+            } else {
+                *d
+            };
+            let bits = d.to_bits();
+            let ordered = if bits >> 63 == 1 {
+                !bits
+            } else {
+                bits | (1 << 63)
+            };
+            let _ = write!(key, "{ordered:016x}");
+        }
+    }
+    key.push('!');
+}
+
+fn hex(key: &mut String, bytes: &[u8]) {
+    for b in bytes {
+        let _ = write!(key, "{b:02x}");
+    }
+}
+
+/// The entries of every index of `table` for a base entity with these
+/// properties, in index order.
+pub fn entries(
+    table: &TableDef,
+    props: &BTreeMap<String, Value>,
+    base_rk: &str,
+) -> Result<Vec<Entry>> {
+    table
+        .indexes
+        .iter()
+        .enumerate()
+        .map(|(index, def)| {
+            Ok(Entry {
+                index,
+                row_key: def.entry_key(table, props, base_rk)?,
+            })
+        })
+        .collect()
+}
+
+/// The RowKeys of base entities: everything below the first index entry.
+pub fn user_rows() -> KeyInterval {
+    KeyInterval {
+        lo: Bound::Unbounded,
+        hi: Bound::Excluded(INDEX_ROW_PREFIX.to_string()),
+    }
+}
+
+/// `spans` without the index entries of a table that has indexes.
+pub fn clip_to_user_rows(table: &TableDef, spans: &[KeyBox]) -> Vec<KeyBox> {
+    if table.indexes.is_empty() {
+        return spans.to_vec();
+    }
+    let user = user_rows();
+    spans
+        .iter()
+        .map(|b| KeyBox {
+            pk: b.pk.clone(),
+            rk: b.rk.intersect(&user),
+        })
+        .filter(|b| !b.rk.is_empty())
+        .collect()
+}
+
+/// A base entity's RowKey may not begin with the index entries' prefix.
+pub fn check_base_row_key(table: &str, rk: &str) -> Result<()> {
+    if rk.starts_with(INDEX_ROW_PREFIX) {
+        return Err(CatalogError::ReservedRowKey {
+            table: table.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::Column;
+
+    fn table() -> TableDef {
+        let mut t = TableDef::new(
+            "runners",
+            vec![
+                Column::key("race"),
+                Column::key("bib"),
+                Column::property("age", SqlType::Int4),
+                Column::property("name", SqlType::Text),
+                Column::property("pace", SqlType::Float8),
+            ],
+            &["race".into(), "bib".into()],
+        )
+        .unwrap();
+        t.indexes.push(IndexDef {
+            name: "by_age".into(),
+            id: 1,
+            columns: vec!["age".into(), "name".into()],
+            unique: false,
+        });
+        t
+    }
+
+    fn props(age: Option<i32>, name: &str) -> BTreeMap<String, Value> {
+        let mut p = BTreeMap::new();
+        if let Some(a) = age {
+            p.insert("age".into(), Value::Int32(a));
+        }
+        p.insert("name".into(), Value::String(name.into()));
+        p
+    }
+
+    #[test]
+    fn entries_sort_by_value_then_base_key_and_nulls_last() {
+        let t = table();
+        let ix = &t.indexes[0];
+        let k = |age, name, rk| ix.entry_key(&t, &props(age, name), rk).unwrap();
+        let mut keys = vec![
+            k(Some(40), "a", "1"),
+            k(None, "a", "2"),
+            k(Some(-3), "zz", "3"),
+            k(Some(7), "b", "4"),
+            k(Some(7), "ab", "5"),
+            k(Some(7), "a", "6"),
+        ];
+        keys.sort();
+        let order: Vec<char> = keys.iter().map(|k| k.chars().last().unwrap()).collect();
+        assert_eq!(order, vec!['3', '6', '5', '4', '1', '2']);
+        assert!(keys.iter().all(|k| k.starts_with(&ix.prefix())));
+        // Above every base RowKey, and valid RowKeys themselves.
+        assert!(keys.iter().all(|k| !user_rows().contains(k)));
+        assert!(user_rows().contains("\u{10FFFE}zzz"));
+        for k in &keys {
+            limits::check_key(tablegate_store::KeyKind::RowKey, k).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_lookup_prefix_matches_exactly_the_equal_values() {
+        let t = table();
+        let ix = &t.indexes[0];
+        let p = ix.lookup_prefix(&t, &[Value::Int64(7)]).unwrap();
+        let seven = ix.entry_key(&t, &props(Some(7), "x"), "9").unwrap();
+        let seventy = ix.entry_key(&t, &props(Some(70), "x"), "9").unwrap();
+        assert!(seven.starts_with(&p));
+        assert!(!seventy.starts_with(&p));
+        // Text prefixes do not run into longer values.
+        let pa = ix
+            .lookup_prefix(&t, &[Value::Int32(7), Value::String("a".into())])
+            .unwrap();
+        assert!(
+            !ix.entry_key(&t, &props(Some(7), "ab"), "1")
+                .unwrap()
+                .starts_with(&pa)
+        );
+        assert!(
+            ix.entry_key(&t, &props(Some(7), "a"), "1")
+                .unwrap()
+                .starts_with(&pa)
+        );
+        // 7.5 is no integer: nothing matches.
+        assert_eq!(ix.lookup_prefix(&t, &[Value::Double(7.5)]), None);
+    }
+
+    #[test]
+    fn doubles_sort_numerically_and_minus_zero_is_zero() {
+        let mut keys: Vec<(String, f64)> = [-1e300, -2.5, -0.0, 0.0, 1e-9, 3.0, f64::INFINITY]
+            .iter()
+            .map(|d| {
+                let mut k = String::new();
+                component(&mut k, &Value::Double(*d));
+                (k, *d)
+            })
+            .collect();
+        keys.sort_by(|a, b| a.0.cmp(&b.0));
+        let sorted: Vec<f64> = keys.iter().map(|k| k.1).collect();
+        assert!(sorted.windows(2).all(|w| w[0] <= w[1]), "{sorted:?}");
+        assert_eq!(keys[2].0, keys[3].0, "-0 and 0 share an entry");
+    }
+
+    #[test]
+    fn unique_entries_end_at_the_value_unless_null() {
+        let mut t = table();
+        t.indexes[0].unique = true;
+        let ix = &t.indexes[0];
+        let a = ix.entry_key(&t, &props(Some(1), "x"), "r1").unwrap();
+        let b = ix.entry_key(&t, &props(Some(1), "x"), "r2").unwrap();
+        assert_eq!(a, b);
+        let n1 = ix.entry_key(&t, &props(None, "x"), "r1").unwrap();
+        let n2 = ix.entry_key(&t, &props(None, "x"), "r2").unwrap();
+        assert_ne!(n1, n2);
+    }
+
+    #[test]
+    fn over_long_values_are_refused_by_name() {
+        let t = table();
+        let long = "é".repeat(600);
+        let e = t.indexes[0]
+            .entry_key(&t, &props(Some(1), &long), "r")
+            .unwrap_err();
+        assert!(e.to_string().contains("by_age"), "{e}");
+    }
+}

@@ -1,0 +1,685 @@
+//! Local secondary indexes at run time: keeping their entries in step with
+//! every write, finding rows through them, building and dropping them.
+//!
+//! **Maintenance** ([`execute`]): a write to a table with indexes becomes
+//! its base operations *plus* the index entries they add and remove, in
+//! the same entity-group transaction, so a base entity and its entries
+//! change atomically (the seeds' dual-row pattern, done by the gateway).
+//! Computing the entries needs each entity's state before the write:
+//! the caller's read when the operation is conditional on its ETag, else
+//! a fresh read, and an unconditional operation (an upsert, a `*` match)
+//! is made conditional on what was read, so a concurrent change fails the
+//! transaction rather than leaving entries computed from an old state.
+//!
+//! **Lookups** ([`choose`], [`probe`]): `pk = X AND col = v` reads the
+//! index's RowKey prefix for `v` in partition `X`, then the base entities
+//! its entries name, and the query's whole filter is applied to them
+//! again: an entry can never return a row its base entity does not match.
+//!
+//! **Build** ([`backfill`]) and **drop** ([`drop_entries`]): one
+//! partition at a time, entity-group transactions of at most 100 entries.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use tablegate_catalog::index::{self as layout, BASE_PROPERTY, Entry};
+use tablegate_catalog::{IndexDef, TableDef};
+use tablegate_store::retry::{RetryStats, with_retry};
+use tablegate_store::{
+    Backend, CmpOp, Entity, EntityWrite, Field, Filter, IfMatch, KeyBox, KeyInterval, OpOutcome,
+    Operation, PageRequest, Query, RetryPolicy, StoreError, TableStore, Value, limits,
+};
+
+use crate::error::{PlanError, Result, TxnRule};
+use crate::keys::Access;
+
+/// How many of the 100 operations of an entity-group transaction one row
+/// written to `table` may need: its own and, per index, an entry removed
+/// and one added (an insert or a delete needs half of those).
+pub fn ops_per_row(table: &TableDef, changes_values: bool) -> usize {
+    let n = table.indexes.len();
+    1 + if changes_values { 2 * n } else { n }
+}
+
+/// Rows of `table` that fit one entity-group transaction.
+pub fn rows_per_group(table: &TableDef, changes_values: bool) -> usize {
+    (limits::MAX_BATCH_OPERATIONS / ops_per_row(table, changes_values)).max(1)
+}
+
+/// What an entity looks like after `op`, given what it was.
+fn after(op: &Operation, old: Option<&Entity>) -> Option<BTreeMap<String, Value>> {
+    let own = |w: &EntityWrite| -> BTreeMap<String, Value> {
+        w.properties
+            .iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
+            .collect()
+    };
+    match op {
+        Operation::Delete { .. } => None,
+        Operation::Insert(w)
+        | Operation::InsertOrReplace(w)
+        | Operation::Replace { entity: w, .. } => Some(own(w)),
+        Operation::Merge { entity: w, .. } | Operation::InsertOrMerge(w) => {
+            let mut props = old.map(|e| e.properties.clone()).unwrap_or_default();
+            for (k, v) in &w.properties {
+                match v {
+                    Some(v) => {
+                        props.insert(k.clone(), v.clone());
+                    }
+                    None => {
+                        props.remove(k);
+                    }
+                }
+            }
+            Some(props)
+        }
+    }
+}
+
+/// `op` made conditional on `old`, the state its index entries were
+/// computed from.
+fn conditional(op: &Operation, old: Option<&Entity>) -> Operation {
+    let tag = |e: &Entity| IfMatch::ETag(e.etag());
+    match (op, old) {
+        (Operation::InsertOrMerge(w), Some(e)) => Operation::Merge {
+            entity: w.clone(),
+            if_match: tag(e),
+        },
+        (Operation::InsertOrReplace(w), Some(e)) => Operation::Replace {
+            entity: w.clone(),
+            if_match: tag(e),
+        },
+        (Operation::InsertOrMerge(w) | Operation::InsertOrReplace(w), None) => {
+            Operation::Insert(w.clone())
+        }
+        (
+            Operation::Merge {
+                entity,
+                if_match: IfMatch::Any,
+            },
+            Some(e),
+        ) => Operation::Merge {
+            entity: entity.clone(),
+            if_match: tag(e),
+        },
+        (
+            Operation::Replace {
+                entity,
+                if_match: IfMatch::Any,
+            },
+            Some(e),
+        ) => Operation::Replace {
+            entity: entity.clone(),
+            if_match: tag(e),
+        },
+        (
+            Operation::Delete {
+                partition_key,
+                row_key,
+                if_match: IfMatch::Any,
+            },
+            Some(e),
+        ) => Operation::Delete {
+            partition_key: partition_key.clone(),
+            row_key: row_key.clone(),
+            if_match: tag(e),
+        },
+        (op, _) => op.clone(),
+    }
+}
+
+/// One operation of an expanded transaction: a base operation or an
+/// index entry of one.
+#[derive(Debug, Clone, Copy)]
+struct Owner {
+    /// The base operation's position.
+    base: usize,
+    /// `Some(i)`: an entry of `table.indexes[i]`.
+    index: Option<usize>,
+}
+
+/// The entry entity of `entry` for base RowKey `base_rk`.
+fn entry_write(pk: &str, entry: &Entry, base_rk: &str) -> EntityWrite {
+    EntityWrite::new(pk, entry.row_key.clone()).with(BASE_PROPERTY, Value::String(base_rk.into()))
+}
+
+/// Runs `base` (operations on `table`, one partition) as one entity-group
+/// transaction together with the index entries they change. `known[i]` is
+/// the entity the caller read for `base[i]`, if it did. Outcomes are the
+/// base operations'; a failure names the base operation it belongs to, as
+/// the store would. Without indexes this is the store's `execute`.
+pub async fn execute(
+    store: &Backend,
+    table: &TableDef,
+    base: Arc<[Operation]>,
+    known: &[Option<Entity>],
+    retry: &RetryPolicy,
+    stats: &mut RetryStats,
+) -> Result<Vec<OpOutcome>> {
+    if table.indexes.is_empty() {
+        return Ok(with_retry(retry, stats, || store.execute(&table.name, base.clone())).await?);
+    }
+    // Entries found already gone (a delete) or already this entity's (an
+    // add): left out of the next attempt.
+    let mut settled: BTreeSet<String> = BTreeSet::new();
+    for _ in 0..8 {
+        let mut ops = Vec::with_capacity(base.len() * 2);
+        let mut owners = Vec::with_capacity(base.len() * 2);
+        let mut states = Vec::with_capacity(base.len());
+        for (i, op) in base.iter().enumerate() {
+            let (pk, rk) = op.keys();
+            let old = match (op, known.get(i).and_then(Option::as_ref)) {
+                (Operation::Insert(_), _) => None,
+                (
+                    Operation::Merge {
+                        if_match: IfMatch::ETag(t),
+                        ..
+                    }
+                    | Operation::Replace {
+                        if_match: IfMatch::ETag(t),
+                        ..
+                    }
+                    | Operation::Delete {
+                        if_match: IfMatch::ETag(t),
+                        ..
+                    },
+                    Some(e),
+                ) if e.etag() == *t => Some(e.clone()),
+                _ => with_retry(retry, stats, || store.get(&table.name, pk, rk)).await?,
+            };
+            let before = match &old {
+                Some(e) => layout::entries(table, &e.properties, rk)?,
+                None => Vec::new(),
+            };
+            let state = after(op, old.as_ref());
+            let after = match &state {
+                Some(p) => layout::entries(table, p, rk)?,
+                None => Vec::new(),
+            };
+            states.push(state);
+            ops.push(conditional(op, old.as_ref()));
+            owners.push(Owner {
+                base: i,
+                index: None,
+            });
+            for gone in before.iter().filter(|e| !after.contains(e)) {
+                if settled.contains(&gone.row_key) {
+                    continue;
+                }
+                ops.push(Operation::Delete {
+                    partition_key: pk.to_owned(),
+                    row_key: gone.row_key.clone(),
+                    if_match: IfMatch::Any,
+                });
+                owners.push(Owner {
+                    base: i,
+                    index: Some(gone.index),
+                });
+            }
+            for new in after.iter().filter(|e| !before.contains(e)) {
+                if settled.contains(&new.row_key) {
+                    continue;
+                }
+                let w = entry_write(pk, new, rk);
+                ops.push(if table.indexes[new.index].unique {
+                    Operation::Insert(w)
+                } else {
+                    Operation::InsertOrReplace(w)
+                });
+                owners.push(Owner {
+                    base: i,
+                    index: Some(new.index),
+                });
+            }
+        }
+        let (ops, owners) = one_per_entry(table, ops, owners, &states)?;
+        if ops.len() > limits::MAX_BATCH_OPERATIONS {
+            return Err(too_many(table, base.len(), ops.len()));
+        }
+        let ops: Arc<[Operation]> = ops.into();
+        match with_retry(retry, stats, || store.execute(&table.name, ops.clone())).await {
+            Ok(outcomes) => {
+                return Ok(outcomes
+                    .into_iter()
+                    .zip(&owners)
+                    .filter(|(_, o)| o.index.is_none())
+                    .map(|(r, _)| r)
+                    .collect());
+            }
+            Err(StoreError::BatchOperationFailed { index, source }) => {
+                let owner = owners[index.min(owners.len() - 1)];
+                let Some(ix) = owner.index else {
+                    return Err(PlanError::Store(StoreError::BatchOperationFailed {
+                        index: owner.base,
+                        source,
+                    }));
+                };
+                let op = &ops[index];
+                let (pk, entry_rk) = op.keys();
+                match (&*source, op) {
+                    // Removed already: what this write wanted.
+                    (StoreError::EntityNotFound { .. }, Operation::Delete { .. }) => {
+                        settled.insert(entry_rk.to_owned());
+                    }
+                    (StoreError::EntityAlreadyExists { .. }, Operation::Insert(_)) => {
+                        let (_, base_rk) = base[owner.base].keys();
+                        let holder =
+                            with_retry(retry, stats, || store.get(&table.name, pk, entry_rk))
+                                .await?;
+                        let holds = |e: &Entity| {
+                            e.properties.get(BASE_PROPERTY)
+                                == Some(&Value::String(base_rk.to_owned()))
+                        };
+                        match holder {
+                            Some(e) if holds(&e) => {
+                                settled.insert(entry_rk.to_owned());
+                            }
+                            // Gone in between: try again.
+                            None => {}
+                            Some(_) => {
+                                return Err(unique_violation(
+                                    table,
+                                    &table.indexes[ix],
+                                    states[owner.base].as_ref(),
+                                ));
+                            }
+                        }
+                    }
+                    _ => {
+                        return Err(PlanError::Store(StoreError::BatchOperationFailed {
+                            index: owner.base,
+                            source,
+                        }));
+                    }
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(PlanError::CommitConflict {
+        detail: format!(
+            "The index entries of table \"{}\" kept changing during 8 attempts.",
+            table.name
+        ),
+    })
+}
+
+/// An entity-group transaction touches each entity once: when two rows of
+/// one write meet at one entry of a UNIQUE index (one leaves the value,
+/// the other takes it), the removal and the addition become one
+/// replacement; two rows taking one value are a unique violation.
+fn one_per_entry(
+    table: &TableDef,
+    ops: Vec<Operation>,
+    owners: Vec<Owner>,
+    states: &[Option<BTreeMap<String, Value>>],
+) -> Result<(Vec<Operation>, Vec<Owner>)> {
+    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut out: Vec<(Operation, Owner)> = Vec::with_capacity(ops.len());
+    for (op, owner) in ops.into_iter().zip(owners) {
+        let Some(ix) = owner.index else {
+            out.push((op, owner));
+            continue;
+        };
+        let rk = op.keys().1.to_owned();
+        match at.get(&rk) {
+            None => {
+                at.insert(rk, out.len());
+                out.push((op, owner));
+            }
+            Some(&j) => {
+                let adds = |o: &Operation| !matches!(o, Operation::Delete { .. });
+                match (adds(&out[j].0), adds(&op)) {
+                    (true, true) => {
+                        return Err(unique_violation(
+                            table,
+                            &table.indexes[ix],
+                            states[owner.base].as_ref(),
+                        ));
+                    }
+                    // The later addition replaces whatever is there.
+                    (false, true) => {
+                        let w = match op {
+                            Operation::Insert(w) | Operation::InsertOrReplace(w) => w,
+                            other => unreachable!("an entry is added by an insert: {other:?}"),
+                        };
+                        out[j] = (Operation::InsertOrReplace(w), owner);
+                    }
+                    // Added, then left by a later row: the addition
+                    // replaces the later row's entry.
+                    (true, false) => {
+                        if let Operation::Insert(w) = &out[j].0 {
+                            out[j].0 = Operation::InsertOrReplace(w.clone());
+                        }
+                    }
+                    (false, false) => {}
+                }
+            }
+        }
+    }
+    Ok(out.into_iter().unzip())
+}
+
+fn too_many(table: &TableDef, rows: usize, ops: usize) -> PlanError {
+    let n = table.indexes.len();
+    PlanError::TransactionRule {
+        rule: TxnRule::MaxEntities,
+        message: format!(
+            "writing {rows} rows of \"{}\" with its {n} index{} takes {ops} operations; an entity-group transaction holds {}: at most {} rows that change indexed values fit one (each row is 1 operation plus up to 2 per index)",
+            table.name,
+            if n == 1 { "" } else { "es" },
+            limits::MAX_BATCH_OPERATIONS,
+            rows_per_group(table, true),
+        ),
+    }
+}
+
+fn unique_violation(
+    table: &TableDef,
+    index: &IndexDef,
+    props: Option<&BTreeMap<String, Value>>,
+) -> PlanError {
+    let values: Vec<String> = index
+        .columns
+        .iter()
+        .map(|c| {
+            let ty = table.columns.iter().find(|d| &d.name == c).map(|d| d.ty);
+            match (props.and_then(|p| p.get(c)), ty) {
+                (Some(v), Some(ty)) => ty.pg_text(v),
+                _ => "…".to_owned(),
+            }
+        })
+        .collect();
+    PlanError::UniqueViolation {
+        index: index.name.clone(),
+        key: format!("({})=({})", index.columns.join(", "), values.join(", ")),
+    }
+}
+
+/// An index lookup a query can make instead of scanning its partitions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    /// Position in [`TableDef::indexes`].
+    pub index: usize,
+    /// The equalities used, one per leading index column.
+    pub values: Vec<Value>,
+    /// The partitions looked in (the query's PartitionKey points).
+    pub partitions: Vec<String>,
+    /// The RowKey prefix of the matching entries.
+    pub prefix: String,
+}
+
+/// The index lookup for `access` on `table`, if one applies: every span is
+/// a whole partition (`pk = X`, `pk IN (…)`) and the filter tests the
+/// leading column(s) of an index with `=`. The index whose equalities
+/// cover the most leading columns wins (a unique one on a tie).
+pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
+    if table.indexes.is_empty() || access.spans.is_empty() {
+        return None;
+    }
+    let mut partitions = Vec::new();
+    for s in &access.spans {
+        let pk = s.pk.as_point()?;
+        if s.rk != KeyInterval::all() {
+            return None;
+        }
+        partitions.push(pk.to_owned());
+    }
+    let mut eq: BTreeMap<&str, &Value> = BTreeMap::new();
+    let conjuncts = match access.filter.as_ref()? {
+        Filter::And(v) => v.iter().collect(),
+        f => vec![f],
+    };
+    for c in conjuncts {
+        if let Filter::Compare {
+            field: Field::Property(name),
+            op: CmpOp::Eq,
+            value,
+        } = c
+        {
+            eq.insert(name, value);
+        }
+    }
+    let mut best: Option<(usize, usize, bool)> = None;
+    for (i, ix) in table.indexes.iter().enumerate() {
+        let n = ix
+            .columns
+            .iter()
+            .take_while(|c| eq.contains_key(c.as_str()))
+            .count();
+        let full_unique = ix.unique && n == ix.columns.len();
+        if n > 0 && best.is_none_or(|(_, bn, bu)| (n, full_unique) > (bn, bu)) {
+            best = Some((i, n, full_unique));
+        }
+    }
+    let (i, n, _) = best?;
+    let ix = &table.indexes[i];
+    let values: Vec<Value> = ix.columns[..n]
+        .iter()
+        .map(|c| eq[c.as_str()].clone())
+        .collect();
+    let prefix = ix.lookup_prefix(table, &values)?;
+    Some(Probe {
+        index: i,
+        values,
+        partitions,
+        prefix,
+    })
+}
+
+/// What a probe read: the base entities to fetch, and the work it took.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// (PartitionKey, RowKey) of the base entities, in key order.
+    pub keys: Vec<(String, String)>,
+    /// Index entries read.
+    pub entries: u64,
+    /// Store requests made.
+    pub requests: u64,
+}
+
+/// Reads the index entries a probe selects.
+pub async fn probe(
+    store: &Backend,
+    table: &TableDef,
+    p: &Probe,
+    retry: &RetryPolicy,
+) -> Result<Found> {
+    let mut found = Found::default();
+    for pk in &p.partitions {
+        let q = Query::spans(vec![KeyBox {
+            pk: KeyInterval::point(pk.clone()),
+            rk: KeyInterval::prefix(&p.prefix),
+        }])
+        .with_projection(vec![BASE_PROPERTY.to_owned()]);
+        let mut req = PageRequest::default();
+        loop {
+            let mut stats = RetryStats::default();
+            let page = with_retry(retry, &mut stats, || store.query(&table.name, &q, &req)).await?;
+            found.requests += 1;
+            for e in page.entities {
+                found.entries += 1;
+                if let Some(Value::String(rk)) = e.properties.get(BASE_PROPERTY) {
+                    found.keys.push((e.partition_key.clone(), rk.clone()));
+                }
+            }
+            match page.continuation {
+                Some(t) => req = req.resume(t),
+                None => break,
+            }
+        }
+    }
+    found.keys.sort();
+    found.keys.dedup();
+    Ok(found)
+}
+
+/// Progress of a build or drop: entities read, entries written.
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Send + Sync);
+
+/// Writes the entries of `table.indexes[index]` for every base entity
+/// (CREATE INDEX on a table with rows). Writes that run meanwhile maintain
+/// the index themselves (it is recorded first); an entry written here for
+/// a row changed since it was read is removed by that change, or is a
+/// stale entry that lookups ignore (they re-check the base entity).
+pub async fn backfill(
+    store: &Backend,
+    table: &TableDef,
+    index: usize,
+    retry: &RetryPolicy,
+    progress: Progress<'_>,
+) -> Result<u64> {
+    let def = &table.indexes[index];
+    let q = Query::spans(vec![KeyBox {
+        pk: KeyInterval::all(),
+        rk: layout::user_rows(),
+    }])
+    .with_projection(def.columns.clone());
+    let mut req = PageRequest::default();
+    let (mut read, mut written) = (0u64, 0u64);
+    let mut pending: Vec<Operation> = Vec::new();
+    loop {
+        let mut stats = RetryStats::default();
+        let page = with_retry(retry, &mut stats, || store.query(&table.name, &q, &req)).await?;
+        for e in page.entities {
+            read += 1;
+            if pending.first().is_some_and(|f| {
+                f.keys().0 != e.partition_key || pending.len() >= limits::MAX_BATCH_OPERATIONS
+            }) {
+                written += flush(store, table, def, &mut pending, retry).await?;
+                progress(read, written);
+            }
+            let entry = Entry {
+                index,
+                row_key: def.entry_key(table, &e.properties, &e.row_key)?,
+            };
+            if def.unique && pending.iter().any(|o| o.keys().1 == entry.row_key) {
+                return Err(unique_violation(table, def, Some(&e.properties)));
+            }
+            let w = entry_write(&e.partition_key, &entry, &e.row_key);
+            pending.push(if def.unique {
+                Operation::Insert(w)
+            } else {
+                Operation::InsertOrReplace(w)
+            });
+        }
+        match page.continuation {
+            Some(t) => req = req.resume(t),
+            None => break,
+        }
+    }
+    written += flush(store, table, def, &mut pending, retry).await?;
+    progress(read, written);
+    Ok(written)
+}
+
+/// Sends a backfill's pending entries of one partition.
+async fn flush(
+    store: &Backend,
+    table: &TableDef,
+    def: &IndexDef,
+    pending: &mut Vec<Operation>,
+    retry: &RetryPolicy,
+) -> Result<u64> {
+    if pending.is_empty() {
+        return Ok(0);
+    }
+    let ops: Arc<[Operation]> = std::mem::take(pending).into();
+    let n = ops.len() as u64;
+    let mut stats = RetryStats::default();
+    match with_retry(retry, &mut stats, || {
+        store.execute(&table.name, ops.clone())
+    })
+    .await
+    {
+        Ok(_) => Ok(n),
+        Err(StoreError::BatchOperationFailed { index, source })
+            if matches!(*source, StoreError::EntityAlreadyExists { .. }) =>
+        {
+            // A concurrent insert wrote its own entry: one at a time, the
+            // ones already there checked for whose they are.
+            let mut done = 0;
+            for op in ops.iter() {
+                let one: Arc<[Operation]> = vec![op.clone()].into();
+                match with_retry(retry, &mut stats, || {
+                    store.execute(&table.name, one.clone())
+                })
+                .await
+                {
+                    Ok(_) => done += 1,
+                    Err(e) if matches!(e.root(), StoreError::EntityAlreadyExists { .. }) => {
+                        let (pk, rk) = op.keys();
+                        let there =
+                            with_retry(retry, &mut stats, || store.get(&table.name, pk, rk))
+                                .await?;
+                        let want = match op {
+                            Operation::Insert(w) => {
+                                w.properties.get(BASE_PROPERTY).cloned().flatten()
+                            }
+                            _ => None,
+                        };
+                        if there.as_ref().and_then(|e| e.properties.get(BASE_PROPERTY))
+                            != want.as_ref()
+                        {
+                            return Err(unique_violation(table, def, None));
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let _ = index;
+            Ok(done)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes every entry of `def` (DROP INDEX; also a failed CREATE INDEX's
+/// partial build).
+pub async fn drop_entries(
+    store: &Backend,
+    table: &str,
+    def: &IndexDef,
+    retry: &RetryPolicy,
+) -> Result<u64> {
+    let q = Query::spans(vec![KeyBox {
+        pk: KeyInterval::all(),
+        rk: def.all_entries(),
+    }])
+    .with_projection(Vec::new());
+    let mut deleted = 0;
+    loop {
+        // Re-read from the start after each round of deletes: a
+        // continuation token over deleted keys is still valid, but
+        // starting over is simpler and the entries read are only the
+        // ones left.
+        let mut stats = RetryStats::default();
+        let first = PageRequest::default();
+        let page = with_retry(retry, &mut stats, || store.query(table, &q, &first)).await?;
+        if page.entities.is_empty() {
+            return Ok(deleted);
+        }
+        let mut by_pk: BTreeMap<String, Vec<Operation>> = BTreeMap::new();
+        for e in page.entities {
+            by_pk
+                .entry(e.partition_key.clone())
+                .or_default()
+                .push(Operation::Delete {
+                    partition_key: e.partition_key,
+                    row_key: e.row_key,
+                    if_match: IfMatch::Any,
+                });
+        }
+        for ops in by_pk.into_values() {
+            for chunk in ops.chunks(limits::MAX_BATCH_OPERATIONS) {
+                let chunk: Arc<[Operation]> = chunk.to_vec().into();
+                match with_retry(retry, &mut stats, || store.execute(table, chunk.clone())).await {
+                    Ok(_) => deleted += chunk.len() as u64,
+                    // Deleted meanwhile by a write to its base entity.
+                    Err(e) if matches!(e.root(), StoreError::EntityNotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! Local indexes, differentially: the same random writes (every INSERT
+//! form, UPDATE and DELETE by key and by indexed value, ON CONFLICT,
+//! transactions) go to a table with indexes and to one without; every
+//! query answers the same rows, with the index used or not, and after each
+//! round the index entries are exactly those recomputed from the rows.
+
+use std::collections::BTreeSet;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int32Type};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::DataType;
+use fastrand::Rng;
+use tablegate_catalog::INDEX_ROW_PREFIX;
+use tablegate_catalog::index::entries;
+use tablegate_planner::{ExecOptions, Plan, PlanError, Planner, Transaction};
+use tablegate_store::{KeyBox, KeyInterval, PageRequest, Query, TableStore};
+
+use crate::fixture;
+
+const PKS: [&str; 3] = ["p1", "p2", "p3"];
+const BS: [&str; 4] = ["x", "y", "zz", "é"];
+
+fn opts(use_indexes: bool) -> ExecOptions {
+    ExecOptions {
+        use_indexes,
+        ..ExecOptions::default()
+    }
+}
+
+/// Runs any statement; the rows of a SELECT, the count of a write, or
+/// the error's text.
+async fn run(p: &Planner, sql: &str, txn: Option<&mut Transaction>, o: &ExecOptions) -> String {
+    let stmt = match Planner::parse(sql) {
+        Ok(mut s) => s.remove(0),
+        Err(e) => return format!("error: {e}"),
+    };
+    let r: Result<String, PlanError> = async {
+        match p.plan(&stmt, sql)? {
+            Plan::Write(w) => Ok(format!(
+                "{} {}",
+                w.verb(),
+                p.write(&w, &[], txn, o).await?.rows
+            )),
+            Plan::Select(s) => {
+                let (batches, _) = p.execute(&s, &[], o)?.collect().await?;
+                Ok(rows(&batches).join("\n"))
+            }
+            plan @ (Plan::CreateTable { .. }
+            | Plan::CreateIndex { .. }
+            | Plan::DropIndex { .. }) => Ok(p.run_ddl(&plan).await?.tag.to_owned()),
+            other => panic!("unexpected plan {other:?}"),
+        }
+    }
+    .await;
+    r.unwrap_or_else(|e| format!("error: {e}"))
+}
+
+fn rows(batches: &[RecordBatch]) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in batches {
+        for i in 0..b.num_rows() {
+            let cells: Vec<String> = b
+                .columns()
+                .iter()
+                .map(|c| {
+                    if c.is_null(i) {
+                        return "NULL".to_owned();
+                    }
+                    match c.data_type() {
+                        DataType::Utf8 => c.as_string::<i32>().value(i).to_owned(),
+                        DataType::Int32 => c.as_primitive::<Int32Type>().value(i).to_string(),
+                        DataType::Int64 => c
+                            .as_primitive::<arrow_array::types::Int64Type>()
+                            .value(i)
+                            .to_string(),
+                        DataType::Float64 => c.as_primitive::<Float64Type>().value(i).to_string(),
+                        other => format!("<{other}>"),
+                    }
+                })
+                .collect();
+            out.push(cells.join("|"));
+        }
+    }
+    out
+}
+
+/// One random statement over table `{t}`.
+fn statement(rng: &mut Rng) -> String {
+    let pk = PKS[rng.usize(..PKS.len())];
+    let r = rng.i32(0..12);
+    let a = rng.i32(0..4);
+    let v = |rng: &mut Rng| {
+        if rng.u8(..6) == 0 {
+            "NULL".to_owned()
+        } else {
+            rng.i32(0..4).to_string()
+        }
+    };
+    let b = |rng: &mut Rng| format!("'{}'", BS[rng.usize(..BS.len())]);
+    match rng.u8(..9) {
+        0 => format!(
+            "INSERT INTO {{t}} VALUES ('{pk}', {r}, {}, {}, {}) ON CONFLICT DO NOTHING",
+            v(rng),
+            b(rng),
+            rng.i32(0..3)
+        ),
+        1 => {
+            let (x, y) = (v(rng), b(rng));
+            format!(
+                "INSERT INTO {{t}} VALUES ('{pk}', {r}, {x}, {y}, 1), ('{pk}', {}, {}, {}, 2) ON CONFLICT (p, r) DO UPDATE SET a = EXCLUDED.a, b = EXCLUDED.b",
+                (r + 1) % 12,
+                v(rng),
+                b(rng)
+            )
+        }
+        2 => format!(
+            "INSERT INTO {{t}} VALUES ('{pk}', {r}, 1, 'x', 0) ON CONFLICT (p, r) DO UPDATE SET a = {{t}}.a + 1"
+        ),
+        3 => format!(
+            "UPDATE {{t}} SET a = {} WHERE p = '{pk}' AND r = {r}",
+            v(rng)
+        ),
+        4 => format!(
+            "UPDATE {{t}} SET b = {}, a = {} WHERE p = '{pk}' AND a = {}",
+            b(rng),
+            v(rng),
+            a
+        ),
+        5 => format!(
+            "DELETE FROM {{t}} WHERE p = '{pk}' AND a = {a} AND b = {}",
+            b(rng)
+        ),
+        6 => format!("DELETE FROM {{t}} WHERE p = '{pk}' AND r = {r}"),
+        7 => format!(
+            "UPDATE {{t}} SET c = c + 1 WHERE p = '{pk}' AND b = {}",
+            b(rng)
+        ),
+        _ => format!(
+            "INSERT INTO {{t}} VALUES ('{pk}', {r}, {}, {}, 0)",
+            v(rng),
+            b(rng)
+        ),
+    }
+}
+
+/// The queries compared after each round.
+fn queries(rng: &mut Rng) -> Vec<String> {
+    let mut q = vec!["SELECT p, r, a, b, c FROM {t} ORDER BY p, r".to_owned()];
+    for pk in PKS {
+        let a = rng.i32(0..4);
+        let b = BS[rng.usize(..BS.len())];
+        q.push(format!(
+            "SELECT r, a, b FROM {{t}} WHERE p = '{pk}' AND a = {a} ORDER BY r"
+        ));
+        q.push(format!(
+            "SELECT r FROM {{t}} WHERE p = '{pk}' AND b = '{b}' AND a = {a} ORDER BY r"
+        ));
+        q.push(format!(
+            "SELECT r, c FROM {{t}} WHERE p = '{pk}' AND b = '{b}' ORDER BY r"
+        ));
+        q.push(format!(
+            "SELECT r FROM {{t}} WHERE p IN ('{pk}', 'p2') AND a = {a} AND c > 0 ORDER BY p, r"
+        ));
+    }
+    q
+}
+
+/// The index entries in the store against those recomputed from the rows.
+async fn entries_match(p: &Planner) {
+    let table = p.catalog().table("indexed").unwrap();
+    let store = p.store();
+    let read = |rk: KeyInterval| {
+        let q = Query::spans(vec![KeyBox {
+            pk: KeyInterval::all(),
+            rk,
+        }]);
+        async move {
+            let mut out = Vec::new();
+            let mut req = PageRequest::default();
+            loop {
+                let page = store.query("indexed", &q, &req).await.unwrap();
+                out.extend(page.entities);
+                match page.continuation {
+                    Some(t) => req = req.resume(t),
+                    None => return out,
+                }
+            }
+        }
+    };
+    let base = read(tablegate_catalog::index::user_rows()).await;
+    let stored: BTreeSet<(String, String)> =
+        read(KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string()))
+            .await
+            .into_iter()
+            .map(|e| (e.partition_key, e.row_key))
+            .collect();
+    let mut want = BTreeSet::new();
+    for e in &base {
+        for x in entries(&table, &e.properties, &e.row_key).unwrap() {
+            want.insert((e.partition_key.clone(), x.row_key));
+        }
+    }
+    assert_eq!(stored, want, "index entries drifted from the rows");
+}
+
+#[tokio::test]
+async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
+    let (p, _) = fixture::empty_planner().await;
+    let on = opts(true);
+    for t in ["indexed", "plain"] {
+        let sql = format!(
+            "CREATE TABLE {t} (p TEXT, r INT, a INT, b TEXT, c FLOAT8, PRIMARY KEY (p, r))"
+        );
+        assert_eq!(run(&p, &sql, None, &on).await, "CREATE TABLE");
+    }
+    // One index before any row, one built over rows.
+    assert_eq!(
+        run(&p, "CREATE INDEX ix_a ON indexed (a)", None, &on).await,
+        "CREATE INDEX"
+    );
+    let mut rng = Rng::with_seed(20261129);
+    let mut used = 0;
+    for round in 0..12 {
+        for _ in 0..25 {
+            if rng.u8(..8) == 0 {
+                // A transaction of two or three statements on one partition.
+                let pk = PKS[rng.usize(..PKS.len())];
+                let stmts: Vec<String> = (0..rng.usize(2..4))
+                    .map(|_| {
+                        let s = statement(&mut rng);
+                        PKS.iter()
+                            .fold(s, |s, k| s.replace(&format!("'{k}'"), &format!("'{pk}'")))
+                    })
+                    .collect();
+                let mut results = Vec::new();
+                for t in ["indexed", "plain"] {
+                    let mut txn = Transaction::new();
+                    let mut out = Vec::new();
+                    for s in &stmts {
+                        let o = run(&p, &s.replace("{t}", t), Some(&mut txn), &on).await;
+                        out.push(o.replace("plain", "indexed"));
+                    }
+                    let failed = out.iter().any(|o| o.starts_with("error"));
+                    if !failed {
+                        out.push(match p.commit(txn, &on).await {
+                            Ok(n) => format!("COMMIT {n}"),
+                            Err(e) => format!("error: {e}").replace("plain", "indexed"),
+                        });
+                    }
+                    results.push(out);
+                }
+                assert_eq!(results[0], results[1], "transaction {stmts:?}");
+            } else {
+                let s = statement(&mut rng);
+                let a = run(&p, &s.replace("{t}", "indexed"), None, &on).await;
+                let b = run(&p, &s.replace("{t}", "plain"), None, &on)
+                    .await
+                    .replace("plain", "indexed");
+                assert_eq!(a, b, "{s}");
+            }
+        }
+        if round == 3 {
+            assert_eq!(
+                run(&p, "CREATE INDEX ix_ba ON indexed (b, a)", None, &on).await,
+                "CREATE INDEX"
+            );
+        }
+        entries_match(&p).await;
+        for q in queries(&mut rng) {
+            let plain = run(&p, &q.replace("{t}", "plain"), None, &on).await;
+            let with = run(&p, &q.replace("{t}", "indexed"), None, &on).await;
+            let without = run(&p, &q.replace("{t}", "indexed"), None, &opts(false)).await;
+            assert_eq!(with, plain, "{q} (index used)");
+            assert_eq!(without, plain, "{q} (index not used)");
+            let sql = q.replace("{t}", "indexed");
+            let stmt = Planner::parse(&sql).unwrap().remove(0);
+            if let Plan::Select(s) = p.plan(&stmt, &sql).unwrap() {
+                let (_, actuals) = p.execute(&s, &[], &on).unwrap().collect().await.unwrap();
+                used += usize::from(actuals.index.is_some());
+            }
+        }
+    }
+    assert!(used > 20, "the index was used for {used} queries only");
+    // Dropping an index removes its entries; the other keeps working.
+    assert_eq!(run(&p, "DROP INDEX ix_a", None, &on).await, "DROP INDEX");
+    entries_match(&p).await;
+    let q = "SELECT r FROM {t} WHERE p = 'p1' AND b = 'x' ORDER BY r";
+    assert_eq!(
+        run(&p, &q.replace("{t}", "indexed"), None, &on).await,
+        run(&p, &q.replace("{t}", "plain"), None, &on).await
+    );
+}
+
+#[tokio::test]
+async fn unique_indexes_refuse_a_second_row_per_value_in_a_partition() {
+    let (p, _) = fixture::empty_planner().await;
+    let on = opts(true);
+    run(
+        &p,
+        "CREATE TABLE users (org TEXT, id INT, email TEXT, PRIMARY KEY (org, id))",
+        None,
+        &on,
+    )
+    .await;
+    run(
+        &p,
+        "INSERT INTO users VALUES ('o1', 1, 'a'), ('o1', 2, 'a')",
+        None,
+        &on,
+    )
+    .await;
+    // Built over duplicates: refused, and nothing of it is left.
+    let e = run(
+        &p,
+        "CREATE UNIQUE INDEX users_email ON users (email)",
+        None,
+        &on,
+    )
+    .await;
+    assert!(
+        e.contains("duplicate key value violates unique constraint \"users_email\""),
+        "{e}"
+    );
+    assert!(p.catalog().table("users").unwrap().indexes.is_empty());
+    run(
+        &p,
+        "DELETE FROM users WHERE org = 'o1' AND id = 2",
+        None,
+        &on,
+    )
+    .await;
+    assert_eq!(
+        run(
+            &p,
+            "CREATE UNIQUE INDEX users_email ON users (email)",
+            None,
+            &on
+        )
+        .await,
+        "CREATE INDEX"
+    );
+    let dup = run(&p, "INSERT INTO users VALUES ('o1', 3, 'a')", None, &on).await;
+    assert!(dup.contains("\"users_email\""), "{dup}");
+    // Another partition may hold the value; NULLs are distinct.
+    assert_eq!(
+        run(&p, "INSERT INTO users VALUES ('o2', 3, 'a')", None, &on).await,
+        "INSERT 1"
+    );
+    assert_eq!(
+        run(
+            &p,
+            "INSERT INTO users VALUES ('o1', 4, NULL), ('o1', 5, NULL)",
+            None,
+            &on
+        )
+        .await,
+        "INSERT 2"
+    );
+    // Two rows swapping values in one statement's transaction is fine.
+    run(&p, "INSERT INTO users VALUES ('o1', 6, 'b')", None, &on).await;
+    let mut txn = Transaction::new();
+    run(
+        &p,
+        "UPDATE users SET email = 'c' WHERE org = 'o1' AND id = 1",
+        Some(&mut txn),
+        &on,
+    )
+    .await;
+    run(
+        &p,
+        "UPDATE users SET email = 'a' WHERE org = 'o1' AND id = 6",
+        Some(&mut txn),
+        &on,
+    )
+    .await;
+    p.commit(txn, &on).await.unwrap();
+    assert_eq!(
+        run(
+            &p,
+            "SELECT id FROM users WHERE org = 'o1' AND email = 'a'",
+            None,
+            &on
+        )
+        .await,
+        "6"
+    );
+    // Updating a row to its own value is no violation.
+    assert_eq!(
+        run(
+            &p,
+            "UPDATE users SET email = 'a' WHERE org = 'o1' AND id = 6",
+            None,
+            &on
+        )
+        .await,
+        "UPDATE 1"
+    );
+    let e = run(
+        &p,
+        "UPDATE users SET email = 'a' WHERE org = 'o1' AND id = 1",
+        None,
+        &on,
+    )
+    .await;
+    assert!(e.contains("\"users_email\""), "{e}");
+    // Index entries never show: not in SELECT *, not in count(*).
+    assert_eq!(
+        run(
+            &p,
+            "SELECT id FROM users WHERE org = 'o1' ORDER BY id",
+            None,
+            &on
+        )
+        .await,
+        "1\n4\n5\n6"
+    );
+    // Refused forms say so.
+    for (sql, what) in [
+        ("CREATE INDEX ON users (org)", "PartitionKey"),
+        ("CREATE INDEX ON users (lower(email))", "expression"),
+        ("CREATE INDEX ON users (nope)", "does not exist"),
+        ("CREATE INDEX users_email ON users (id)", "already exists"),
+        ("DROP INDEX nope", "does not exist"),
+    ] {
+        let e = run(&p, sql, None, &on).await;
+        assert!(e.contains(what), "{sql}: {e}");
+    }
+    assert_eq!(
+        run(&p, "DROP INDEX IF EXISTS nope", None, &on).await,
+        "DROP INDEX"
+    );
+}
