@@ -8,12 +8,15 @@
 //! - `stress` — the seeds' partition stress test ([`stress`]);
 //! - `import` — CSV, Parquet or JSON lines into a table ([`import`]);
 //! - `split` — pre-split a table into range partitions ([`split`]);
+//! - `index verify|repair` — find and fix drift between rows and their
+//!   local index entries ([`index`]);
 //! - `user set` — SCRAM users.
 
 mod advise;
 mod config;
 mod demo;
 mod import;
+mod index;
 mod pgenv;
 mod race;
 mod serve;
@@ -71,6 +74,9 @@ enum Command {
     /// Pre-split a table into range partitions spread over the partition
     /// servers (on a stopped server's data directory).
     Split(split::SplitArgs),
+    /// Check a table's local index entries against its rows (`verify`),
+    /// or fix them (`repair`), on a stopped server's data directory.
+    Index(index::IndexArgs),
     /// Rank PartitionKey/RowKey designs for a table from its data and a
     /// workload (the statement log, or a SQL file).
     Advise(advise::AdviseArgs),
@@ -226,6 +232,7 @@ async fn run() -> ExitCode {
             Command::Import(args) => import::run(args).await,
             Command::Advise(args) => advise::run(args).await,
             Command::Split(args) => split::run(args).await,
+            Command::Index(args) => index::run(args).await,
         }
     }
     .await;

@@ -74,6 +74,14 @@ pub struct Catalog {
     data: Arc<dyn TableStore>,
     tables: RwLock<BTreeMap<String, Entry>>,
     ddl: tokio::sync::Mutex<()>,
+    /// Held shared by every write while it reads its table's current
+    /// definition and sends its entity-group transaction
+    /// ([`Catalog::write_guard`]); CREATE and DROP INDEX take it
+    /// exclusively once after recording the change
+    /// ([`Catalog::drain_writes`]), so no write that read the old
+    /// definition is still on its way when the entries are built or
+    /// removed.
+    writes: tokio::sync::RwLock<()>,
     /// Tables in `data` may belong to other applications (see the module
     /// docs): never drop one to adopt it.
     shared: bool,
@@ -120,6 +128,7 @@ impl Catalog {
             data,
             tables: RwLock::new(tables),
             ddl: tokio::sync::Mutex::new(()),
+            writes: tokio::sync::RwLock::new(()),
             shared: false,
             dropped: Mutex::new(BTreeMap::new()),
             version: Default::default(),
@@ -205,6 +214,7 @@ impl Catalog {
             data: self.data.clone(),
             tables: RwLock::new(tables),
             ddl: tokio::sync::Mutex::new(()),
+            writes: tokio::sync::RwLock::new(()),
             shared: self.shared,
             dropped: Mutex::new(BTreeMap::new()),
             version: Default::default(),
@@ -473,6 +483,40 @@ impl Catalog {
         new.indexes.retain(|i| i.name != name);
         self.change(new).await?;
         Ok(def)
+    }
+
+    /// Marks a built index ready for lookups.
+    pub async fn index_ready(&self, name: &str) -> Result<()> {
+        let _ddl = self.ddl.lock().await;
+        let def = self
+            .index_table(name)
+            .ok_or_else(|| CatalogError::UnknownIndex {
+                name: name.to_owned(),
+            })?;
+        let mut new = (*def).clone();
+        for i in &mut new.indexes {
+            if i.name == name {
+                i.building = false;
+            }
+        }
+        self.change(new).await.map(|_| ())
+    }
+
+    /// See [`Catalog::drain_writes`]: a write holds this while it reads
+    /// its table's definition and sends its transaction.
+    pub async fn write_guard(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.writes.read().await
+    }
+
+    /// Waits until every write that began before now has finished.
+    pub async fn drain_writes(&self) {
+        drop(self.writes.write().await);
+    }
+
+    /// Whether other gateways share this catalog (they see a change
+    /// within [`REFRESH_EVERY`]).
+    pub fn is_shared(&self) -> bool {
+        self.shared
     }
 
     /// Records a changed definition of an existing table (the DDL lock

@@ -64,6 +64,11 @@ pub struct IndexDef {
     /// CREATE UNIQUE INDEX: at most one entity per value in a partition.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unique: bool,
+    /// Still being built over the rows that were there (CREATE INDEX
+    /// records the index before it backfills): writes keep its entries,
+    /// lookups do not use it yet.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub building: bool,
 }
 
 /// One index entry: its RowKey and the base entity's.
@@ -130,6 +135,49 @@ impl IndexDef {
             component(&mut key, &normalize(ty, v)?);
         }
         Some(key)
+    }
+}
+
+impl IndexDef {
+    /// The entry RowKeys whose leading columns equal `eq` and whose next
+    /// column lies between `lo` and `hi` (each `(value, inclusive)`; `None`:
+    /// unbounded, NULL never included). `None` when a value is not one its
+    /// column can hold.
+    pub fn lookup_range(
+        &self,
+        table: &TableDef,
+        eq: &[Value],
+        lo: Option<(&Value, bool)>,
+        hi: Option<(&Value, bool)>,
+    ) -> Option<KeyInterval> {
+        let base = self.lookup_prefix(table, eq)?;
+        let col = self.columns.get(eq.len())?;
+        let ty = table.columns.iter().find(|d| &d.name == col)?.ty;
+        let at = |v: &Value| -> Option<String> {
+            let mut k = base.clone();
+            component(&mut k, &normalize(ty, v)?);
+            Some(k)
+        };
+        // After every key that starts with `k`.
+        let past = |k: &str| match KeyInterval::prefix(k).hi {
+            Bound::Excluded(next) => Bound::Included(next),
+            other => other,
+        };
+        let lo = match lo {
+            None => Bound::Included(format!("{base}v")),
+            Some((v, true)) => Bound::Included(at(v)?),
+            Some((v, false)) => past(&at(v)?),
+        };
+        let hi = match hi {
+            // Values start with 'v', NULLs with '~': 'w' is past every value.
+            None => Bound::Excluded(format!("{base}w")),
+            Some((v, true)) => match past(&at(v)?) {
+                Bound::Included(k) => Bound::Excluded(k),
+                other => other,
+            },
+            Some((v, false)) => Bound::Excluded(at(v)?),
+        };
+        Some(KeyInterval { lo, hi })
     }
 }
 
@@ -274,6 +322,7 @@ mod tests {
             id: 1,
             columns: vec!["age".into(), "name".into()],
             unique: false,
+            building: false,
         });
         t
     }
@@ -337,6 +386,47 @@ mod tests {
         );
         // 7.5 is no integer: nothing matches.
         assert_eq!(ix.lookup_prefix(&t, &[Value::Double(7.5)]), None);
+    }
+
+    #[test]
+    fn a_lookup_range_holds_exactly_the_values_between_its_bounds() {
+        let t = table();
+        let ix = &t.indexes[0];
+        let key = |age: Option<i32>, name: &str| ix.entry_key(&t, &props(age, name), "r").unwrap();
+        let ages = [None, Some(-5), Some(6), Some(7), Some(8), Some(70)];
+        let v = |n: i64| Value::Int64(n);
+        type Bound = Option<(Value, bool)>;
+        let cases: Vec<(Bound, Bound, Vec<i32>)> = vec![
+            (Some((v(7), true)), Some((v(8), true)), vec![7, 8]),
+            (Some((v(7), false)), Some((v(8), true)), vec![8]),
+            (Some((v(6), true)), Some((v(8), false)), vec![6, 7]),
+            (None, Some((v(7), false)), vec![-5, 6]),
+            (Some((v(8), false)), None, vec![70]),
+            (None, None, vec![-5, 6, 7, 8, 70]),
+        ];
+        for (lo, hi, want) in cases {
+            let r = ix
+                .lookup_range(
+                    &t,
+                    &[],
+                    lo.as_ref().map(|(v, i)| (v, *i)),
+                    hi.as_ref().map(|(v, i)| (v, *i)),
+                )
+                .unwrap();
+            let got: Vec<i32> = ages
+                .iter()
+                .filter(|a| r.contains(&key(**a, "zz")) && r.contains(&key(**a, "")))
+                .map(|a| a.expect("NULL is never in a range"))
+                .collect();
+            assert_eq!(got, want, "{lo:?}..{hi:?}");
+        }
+        // After an equality on the first column, a range on the second.
+        let r = ix
+            .lookup_range(&t, &[v(7)], Some((&Value::String("b".into()), true)), None)
+            .unwrap();
+        assert!(r.contains(&key(Some(7), "b")) && r.contains(&key(Some(7), "bz")));
+        assert!(!r.contains(&key(Some(7), "a")) && !r.contains(&key(Some(8), "b")));
+        assert!(!r.contains(&key(Some(7), "\u{0}")));
     }
 
     #[test]

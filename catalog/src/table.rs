@@ -153,6 +153,14 @@ pub struct TableDef {
     /// Local secondary indexes ([`crate::index`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub indexes: Vec<IndexDef>,
+    /// The id the next index gets: ids are never reused, so entries a
+    /// dropped index left behind are never taken for a new index's.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_index_id: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl TableDef {
@@ -230,6 +238,7 @@ impl TableDef {
             partition_key: pk,
             row_key: rk,
             indexes: Vec::new(),
+            next_index_id: 0,
         })
     }
 
@@ -247,6 +256,7 @@ impl TableDef {
         key.extend(self.row_key.clone());
         let mut def = TableDef::new(&self.name, columns, &key)?;
         def.indexes = self.indexes.clone();
+        def.next_index_id = self.next_index_id;
         Ok(def)
     }
 
@@ -291,13 +301,17 @@ impl TableDef {
                 ));
             }
         }
-        let id = self.indexes.iter().map(|i| i.id).max().unwrap_or(0) + 1;
+        let id = self
+            .next_index_id
+            .max(self.indexes.iter().map(|i| i.id + 1).max().unwrap_or(1));
         let mut def = self.clone();
+        def.next_index_id = id + 1;
         def.indexes.push(IndexDef {
             name: name.to_owned(),
             id,
             columns: columns.to_vec(),
             unique,
+            building: true,
         });
         Ok(def)
     }

@@ -350,6 +350,9 @@ impl From<&PlanError> for PgError {
             PlanError::UniqueViolation { key, .. } => PgError::new("23505", m)
                 .detail(format!("Key {key} already exists."))
                 .hint("a local UNIQUE index is unique within each PartitionKey"),
+            PlanError::UniqueIndexBuild { key, .. } => PgError::new("23505", m)
+                .detail(format!("Key {key} is duplicated."))
+                .hint("a local UNIQUE index is unique within each PartitionKey: remove the duplicates first"),
             PlanError::GeneratedAlways { column } => PgError::new("428C9", m)
                 .detail(format!(
                     "Column \"{column}\" is an identity column defined as GENERATED ALWAYS."

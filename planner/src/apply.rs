@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
-use tablegate_catalog::{ColumnDefault, ColumnRef, Role, TableDef};
+use tablegate_catalog::{Catalog, ColumnDefault, ColumnRef, Role, TableDef};
 
 use tablegate_store::RetryPolicy;
 use tablegate_store::retry::{self, RetryStats, with_retry};
@@ -91,6 +91,8 @@ const CONFLICT_BACKOFF: RetryPolicy = RetryPolicy::Exponential {
 /// A write statement with its parameters, ready to run.
 struct Runner<'a> {
     store: &'a Backend,
+    /// The table's current indexes are read from it at each write.
+    catalog: &'a Catalog,
     plan: &'a WritePlan,
     params: &'a [Option<Value>],
     opts: &'a ExecOptions,
@@ -103,6 +105,7 @@ struct Runner<'a> {
 /// Runs a write. `txn` is the open transaction, if any.
 pub async fn run(
     store: &Backend,
+    catalog: &Catalog,
     ids: &Identities,
     plan: &WritePlan,
     params: &[Option<Value>],
@@ -111,6 +114,7 @@ pub async fn run(
 ) -> Result<WriteOutcome> {
     let mut runner = Runner {
         store,
+        catalog,
         plan,
         params,
         opts,
@@ -179,6 +183,7 @@ pub async fn run(
 /// of every column (its source is ignored).
 pub async fn insert_rows(
     store: &Backend,
+    catalog: &Catalog,
     plan: &WritePlan,
     rows: Vec<Row>,
     txn: Option<&mut Transaction>,
@@ -192,6 +197,7 @@ pub async fn insert_rows(
     };
     let runner = Runner {
         store,
+        catalog,
         plan,
         params: &[],
         opts,
@@ -674,6 +680,20 @@ impl Groups {
                         ),
                     }));
                 }
+                Err(Retry::Skip(i)) if attempt < MAX_ATTEMPTS => {
+                    group.remove(i);
+                    if group.is_empty() {
+                        return Ok(());
+                    }
+                }
+                Err(Retry::Skip(_)) => {
+                    return Err(self.failed(PlanError::CommitConflict {
+                        detail: format!(
+                            "Rows of PartitionKey '{}' kept meeting UNIQUE index entries during {} attempts.",
+                            group[0].pk, MAX_ATTEMPTS
+                        ),
+                    }));
+                }
                 Err(Retry::Fail(e)) => return Err(self.failed(e)),
             }
         }
@@ -704,7 +724,7 @@ impl Groups {
         let mut ends = Vec::new();
         let mut size = 0;
         // Room for the index entries each operation may add and remove.
-        let entries = 2 * r.plan.table.indexes.len() * (2 * limits::MAX_KEY_UTF16 + 256);
+        let entries = 2 * r.plan.table.indexes.len() * (4 * limits::MAX_KEY_UTF16 + 1024);
         for (i, op) in ops.iter().enumerate() {
             let bytes = op.payload_size() + entries;
             if i > 0 && size + bytes > limits::MAX_BATCH_BYTES {
@@ -728,6 +748,7 @@ impl Groups {
             let mut stats = RetryStats::default();
             let res = index::execute(
                 r.store,
+                r.catalog,
                 &r.plan.table,
                 Arc::clone(&chunk),
                 &known,
@@ -738,6 +759,20 @@ impl Groups {
             let res = match res {
                 Ok(o) => Ok(o),
                 Err(PlanError::Store(e)) => Err(e),
+                // ON CONFLICT DO NOTHING skips a row that a UNIQUE index
+                // refuses, as it skips one whose key exists.
+                Err(PlanError::UniqueViolation { row, .. })
+                    if start == 0
+                        && matches!(
+                            r.plan.kind,
+                            WriteKind::Insert {
+                                conflict: OnConflict::DoNothing,
+                                ..
+                            }
+                        ) =>
+                {
+                    return Err(Retry::Skip(from[row]));
+                }
                 Err(e) => return Err(Retry::Fail(e)),
             };
             match res {
@@ -787,5 +822,7 @@ impl Groups {
 
 enum Retry {
     Again(usize),
+    /// Leave out this intent (by its position in the group) and go on.
+    Skip(usize),
     Fail(PlanError),
 }

@@ -163,6 +163,16 @@ pub enum PlanError {
         index: String,
         /// `(email)=(a@b)`.
         key: String,
+        /// The row of the entity-group transaction that wrote it.
+        row: usize,
+    },
+    /// CREATE UNIQUE INDEX over rows that already repeat a value.
+    #[error("could not create unique index \"{index}\"")]
+    UniqueIndexBuild {
+        /// The index.
+        index: String,
+        /// `(email)=(a@b)`.
+        key: String,
     },
     /// A value for a `GENERATED ALWAYS AS IDENTITY` column.
     #[error("cannot insert a non-DEFAULT value into column \"{column}\"")]

@@ -239,9 +239,24 @@ fn index_lines(b: &BoundSelect, est: &Estimate) -> Vec<String> {
         return Vec::new();
     };
     let ix = b.plan.table.index(&name).expect("chosen from the table");
+    let p = crate::index::choose(&b.plan.table, &b.access).expect("chosen above");
+    let used: Vec<String> = ix
+        .columns
+        .iter()
+        .enumerate()
+        .take(p.equalities + usize::from(p.range))
+        .map(|(i, c)| {
+            if i < p.equalities {
+                format!("{c} = …")
+            } else {
+                format!("a range of {c}")
+            }
+        })
+        .collect();
     let mut l = vec![format!(
-        "  Index Lookup: {name} ({}) in each PartitionKey, then a point lookup of each row it names; the filter is checked again on every row",
-        ix.columns.join(", ")
+        "  Index Lookup: {name} ({}) by {} in each PartitionKey, then a point lookup of each row it names; the filter is checked again on every row",
+        ix.columns.join(", "),
+        used.join(" and ")
     )];
     if !est.unknown {
         l.push(format!(
@@ -470,6 +485,11 @@ pub fn render_text(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
             fmt_duration(x.backoff),
             fmt_duration(x.elapsed)
         ));
+        if let Some(ix) = &x.index {
+            l.push(format!(
+                "  Actual: rows found through index {ix} (its entries count as scanned, each row as a point lookup)"
+            ));
+        }
         if x.probes > 0 {
             l.push(format!(
                 "  Actual: {} segments read in parallel, cut at PartitionKey boundaries found with {} probes",

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use tablegate_catalog::index::{self as layout, BASE_PROPERTY, Entry};
-use tablegate_catalog::{IndexDef, TableDef};
+use tablegate_catalog::{Catalog, IndexDef, TableDef};
 use tablegate_store::retry::{RetryStats, with_retry};
 use tablegate_store::{
     Backend, CmpOp, Entity, EntityWrite, Field, Filter, IfMatch, KeyBox, KeyInterval, OpOutcome,
@@ -150,18 +150,29 @@ fn entry_write(pk: &str, entry: &Entry, base_rk: &str) -> EntityWrite {
 /// the store would. Without indexes this is the store's `execute`.
 pub async fn execute(
     store: &Backend,
-    table: &TableDef,
+    catalog: &Catalog,
+    planned: &TableDef,
     base: Arc<[Operation]>,
     known: &[Option<Entity>],
     retry: &RetryPolicy,
     stats: &mut RetryStats,
 ) -> Result<Vec<OpOutcome>> {
+    // The indexes are the table's as of now, not as of planning: a
+    // statement planned (or a transaction begun) before CREATE INDEX
+    // still writes the new index's entries. CREATE INDEX waits for the
+    // writes under way before it reads the rows it builds from.
+    let _writing = catalog.write_guard().await;
+    let current = catalog.table(&planned.name).ok();
+    let table: &TableDef = current.as_deref().unwrap_or(planned);
     if table.indexes.is_empty() {
         return Ok(with_retry(retry, stats, || store.execute(&table.name, base.clone())).await?);
     }
     // Entries found already gone (a delete) or already this entity's (an
     // add): left out of the next attempt.
     let mut settled: BTreeSet<String> = BTreeSet::new();
+    // UNIQUE entries left naming a row that no longer has the value (a
+    // build that raced a write): replaced, If-Match the stale entry.
+    let mut stale: BTreeMap<String, tablegate_store::ETag> = BTreeMap::new();
     for _ in 0..8 {
         let mut ops = Vec::with_capacity(base.len() * 2);
         let mut owners = Vec::with_capacity(base.len() * 2);
@@ -221,10 +232,13 @@ pub async fn execute(
                     continue;
                 }
                 let w = entry_write(pk, new, rk);
-                ops.push(if table.indexes[new.index].unique {
-                    Operation::Insert(w)
-                } else {
-                    Operation::InsertOrReplace(w)
+                ops.push(match stale.get(&new.row_key) {
+                    Some(t) => Operation::Replace {
+                        entity: w,
+                        if_match: IfMatch::ETag(t.clone()),
+                    },
+                    None if table.indexes[new.index].unique => Operation::Insert(w),
+                    None => Operation::InsertOrReplace(w),
                 });
                 owners.push(Owner {
                     base: i,
@@ -263,27 +277,31 @@ pub async fn execute(
                     }
                     (StoreError::EntityAlreadyExists { .. }, Operation::Insert(_)) => {
                         let (_, base_rk) = base[owner.base].keys();
-                        let holder =
-                            with_retry(retry, stats, || store.get(&table.name, pk, entry_rk))
-                                .await?;
-                        let holds = |e: &Entity| {
-                            e.properties.get(BASE_PROPERTY)
-                                == Some(&Value::String(base_rk.to_owned()))
-                        };
-                        match holder {
-                            Some(e) if holds(&e) => {
+                        match holder(store, table, pk, entry_rk, base_rk, retry, stats).await? {
+                            Holder::Same => {
                                 settled.insert(entry_rk.to_owned());
                             }
+                            Holder::Stale(t) => {
+                                stale.insert(entry_rk.to_owned(), t);
+                            }
                             // Gone in between: try again.
-                            None => {}
-                            Some(_) => {
+                            Holder::Gone => {}
+                            Holder::Live => {
                                 return Err(unique_violation(
                                     table,
                                     &table.indexes[ix],
                                     states[owner.base].as_ref(),
+                                    owner.base,
                                 ));
                             }
                         }
+                    }
+                    // The stale entry changed meanwhile: look again.
+                    (
+                        StoreError::ETagMismatch { .. } | StoreError::EntityNotFound { .. },
+                        Operation::Replace { .. },
+                    ) => {
+                        stale.remove(entry_rk);
                     }
                     _ => {
                         return Err(PlanError::Store(StoreError::BatchOperationFailed {
@@ -335,6 +353,7 @@ fn one_per_entry(
                             table,
                             &table.indexes[ix],
                             states[owner.base].as_ref(),
+                            owner.base,
                         ));
                     }
                     // The later addition replaces whatever is there.
@@ -374,10 +393,59 @@ fn too_many(table: &TableDef, rows: usize, ops: usize) -> PlanError {
     }
 }
 
+/// Who holds a UNIQUE index entry another write wants.
+enum Holder {
+    /// Nobody any more.
+    Gone,
+    /// The row being written: nothing to do.
+    Same,
+    /// A row that no longer has the value (or no longer exists): the
+    /// entry, with this ETag, may be replaced.
+    Stale(tablegate_store::ETag),
+    /// Another row with the value: a unique violation.
+    Live,
+}
+
+/// Reads the entry `entry_rk` of partition `pk` and the row it names.
+async fn holder(
+    store: &Backend,
+    table: &TableDef,
+    pk: &str,
+    entry_rk: &str,
+    base_rk: &str,
+    retry: &RetryPolicy,
+    stats: &mut RetryStats,
+) -> Result<Holder> {
+    let Some(entry) = with_retry(retry, stats, || store.get(&table.name, pk, entry_rk)).await?
+    else {
+        return Ok(Holder::Gone);
+    };
+    let named = match entry.properties.get(BASE_PROPERTY) {
+        Some(Value::String(s)) => s.clone(),
+        _ => return Ok(Holder::Stale(entry.etag())),
+    };
+    if named == base_rk {
+        return Ok(Holder::Same);
+    }
+    let row = with_retry(retry, stats, || store.get(&table.name, pk, &named)).await?;
+    let live = match row {
+        Some(r) => layout::entries(table, &r.properties, &named)?
+            .iter()
+            .any(|x| x.row_key == entry_rk),
+        None => false,
+    };
+    Ok(if live {
+        Holder::Live
+    } else {
+        Holder::Stale(entry.etag())
+    })
+}
+
 fn unique_violation(
     table: &TableDef,
     index: &IndexDef,
     props: Option<&BTreeMap<String, Value>>,
+    row: usize,
 ) -> PlanError {
     let values: Vec<String> = index
         .columns
@@ -393,6 +461,7 @@ fn unique_violation(
     PlanError::UniqueViolation {
         index: index.name.clone(),
         key: format!("({})=({})", index.columns.join(", "), values.join(", ")),
+        row,
     }
 }
 
@@ -401,18 +470,21 @@ fn unique_violation(
 pub struct Probe {
     /// Position in [`TableDef::indexes`].
     pub index: usize,
-    /// The equalities used, one per leading index column.
-    pub values: Vec<Value>,
+    /// Leading index columns tested with `=`.
+    pub equalities: usize,
+    /// Whether the next column is bounded by a range (`<`, `>=`, BETWEEN).
+    pub range: bool,
     /// The partitions looked in (the query's PartitionKey points).
     pub partitions: Vec<String>,
-    /// The RowKey prefix of the matching entries.
-    pub prefix: String,
+    /// The entry RowKeys to read in each.
+    pub rows: KeyInterval,
 }
 
 /// The index lookup for `access` on `table`, if one applies: every span is
 /// a whole partition (`pk = X`, `pk IN (…)`) and the filter tests the
-/// leading column(s) of an index with `=`. The index whose equalities
-/// cover the most leading columns wins (a unique one on a tie).
+/// leading column(s) of an index with `=`, and maybe the next one with a
+/// range. The index whose conditions cover the most leading columns wins
+/// (then a range over none, then a unique one).
 pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
     if table.indexes.is_empty() || access.spans.is_empty() {
         return None;
@@ -426,6 +498,8 @@ pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
         partitions.push(pk.to_owned());
     }
     let mut eq: BTreeMap<&str, &Value> = BTreeMap::new();
+    let mut lower: BTreeMap<&str, (&Value, bool)> = BTreeMap::new();
+    let mut upper: BTreeMap<&str, (&Value, bool)> = BTreeMap::new();
     let conjuncts = match access.filter.as_ref()? {
         Filter::And(v) => v.iter().collect(),
         f => vec![f],
@@ -433,37 +507,61 @@ pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
     for c in conjuncts {
         if let Filter::Compare {
             field: Field::Property(name),
-            op: CmpOp::Eq,
+            op,
             value,
         } = c
         {
-            eq.insert(name, value);
+            match op {
+                CmpOp::Eq => {
+                    eq.insert(name, value);
+                }
+                CmpOp::Gt | CmpOp::Ge => {
+                    lower.insert(name, (value, *op == CmpOp::Ge));
+                }
+                CmpOp::Lt | CmpOp::Le => {
+                    upper.insert(name, (value, *op == CmpOp::Le));
+                }
+                _ => {}
+            }
         }
     }
-    let mut best: Option<(usize, usize, bool)> = None;
+    let mut best: Option<(usize, (usize, bool, bool))> = None;
     for (i, ix) in table.indexes.iter().enumerate() {
+        if ix.building {
+            continue;
+        }
         let n = ix
             .columns
             .iter()
             .take_while(|c| eq.contains_key(c.as_str()))
             .count();
-        let full_unique = ix.unique && n == ix.columns.len();
-        if n > 0 && best.is_none_or(|(_, bn, bu)| (n, full_unique) > (bn, bu)) {
-            best = Some((i, n, full_unique));
+        let range = ix
+            .columns
+            .get(n)
+            .is_some_and(|c| lower.contains_key(c.as_str()) || upper.contains_key(c.as_str()));
+        let score = (n, range, ix.unique && n == ix.columns.len());
+        if (n > 0 || range) && best.is_none_or(|(_, b)| score > b) {
+            best = Some((i, score));
         }
     }
-    let (i, n, _) = best?;
+    let (i, (n, range, _)) = best?;
     let ix = &table.indexes[i];
     let values: Vec<Value> = ix.columns[..n]
         .iter()
         .map(|c| eq[c.as_str()].clone())
         .collect();
-    let prefix = ix.lookup_prefix(table, &values)?;
+    let rows = if range {
+        let c = ix.columns[n].as_str();
+        ix.lookup_range(table, &values, lower.get(c).copied(), upper.get(c).copied())?
+    } else {
+        KeyInterval::prefix(&ix.lookup_prefix(table, &values)?)
+    };
     Some(Probe {
         index: i,
-        values,
+        equalities: n,
+        range,
         partitions,
-        prefix,
+        rows,
     })
 }
 
@@ -489,7 +587,7 @@ pub async fn probe(
     for pk in &p.partitions {
         let q = Query::spans(vec![KeyBox {
             pk: KeyInterval::point(pk.clone()),
-            rk: KeyInterval::prefix(&p.prefix),
+            rk: p.rows.clone(),
         }])
         .with_projection(vec![BASE_PROPERTY.to_owned()]);
         let mut req = PageRequest::default();
@@ -554,7 +652,7 @@ pub async fn backfill(
                 row_key: def.entry_key(table, &e.properties, &e.row_key)?,
             };
             if def.unique && pending.iter().any(|o| o.keys().1 == entry.row_key) {
-                return Err(unique_violation(table, def, Some(&e.properties)));
+                return Err(unique_violation(table, def, Some(&e.properties), 0));
             }
             let w = entry_write(&e.partition_key, &entry, &e.row_key);
             pending.push(if def.unique {
@@ -593,41 +691,67 @@ async fn flush(
     .await
     {
         Ok(_) => Ok(n),
-        Err(StoreError::BatchOperationFailed { index, source })
+        Err(StoreError::BatchOperationFailed { source, .. })
             if matches!(*source, StoreError::EntityAlreadyExists { .. }) =>
         {
-            // A concurrent insert wrote its own entry: one at a time, the
-            // ones already there checked for whose they are.
+            // A write meanwhile wrote an entry: one at a time, each one
+            // already there checked for whose it is.
             let mut done = 0;
             for op in ops.iter() {
-                let one: Arc<[Operation]> = vec![op.clone()].into();
-                match with_retry(retry, &mut stats, || {
-                    store.execute(&table.name, one.clone())
-                })
-                .await
-                {
-                    Ok(_) => done += 1,
-                    Err(e) if matches!(e.root(), StoreError::EntityAlreadyExists { .. }) => {
-                        let (pk, rk) = op.keys();
-                        let there =
-                            with_retry(retry, &mut stats, || store.get(&table.name, pk, rk))
-                                .await?;
-                        let want = match op {
-                            Operation::Insert(w) => {
-                                w.properties.get(BASE_PROPERTY).cloned().flatten()
-                            }
-                            _ => None,
-                        };
-                        if there.as_ref().and_then(|e| e.properties.get(BASE_PROPERTY))
-                            != want.as_ref()
-                        {
-                            return Err(unique_violation(table, def, None));
+                let mut op = op.clone();
+                for _ in 0..4 {
+                    let one: Arc<[Operation]> = vec![op.clone()].into();
+                    match with_retry(retry, &mut stats, || {
+                        store.execute(&table.name, one.clone())
+                    })
+                    .await
+                    {
+                        Ok(_) => {
+                            done += 1;
+                            break;
                         }
+                        Err(e) if matches!(e.root(), StoreError::EntityAlreadyExists { .. }) => {
+                            let (pk, rk) = op.keys();
+                            let base_rk = match &op {
+                                Operation::Insert(w) => match w.properties.get(BASE_PROPERTY) {
+                                    Some(Some(Value::String(s))) => s.clone(),
+                                    _ => String::new(),
+                                },
+                                _ => String::new(),
+                            };
+                            match holder(store, table, pk, rk, &base_rk, retry, &mut stats).await? {
+                                Holder::Same => break,
+                                Holder::Gone => {}
+                                Holder::Stale(t) => {
+                                    let Operation::Insert(w) = op else { break };
+                                    op = Operation::Replace {
+                                        entity: w,
+                                        if_match: IfMatch::ETag(t),
+                                    };
+                                }
+                                Holder::Live => {
+                                    return Err(PlanError::UniqueIndexBuild {
+                                        index: def.name.clone(),
+                                        key: format!("({})=(…)", def.columns.join(", ")),
+                                    });
+                                }
+                            }
+                        }
+                        // The entry changed again: read it again.
+                        Err(e)
+                            if matches!(
+                                e.root(),
+                                StoreError::ETagMismatch { .. } | StoreError::EntityNotFound { .. }
+                            ) =>
+                        {
+                            if let Operation::Replace { entity, .. } = op {
+                                op = Operation::Insert(entity);
+                            }
+                        }
+                        Err(e) => return Err(e.into()),
                     }
-                    Err(e) => return Err(e.into()),
                 }
             }
-            let _ = index;
             Ok(done)
         }
         Err(e) => Err(e.into()),
@@ -648,17 +772,13 @@ pub async fn drop_entries(
     }])
     .with_projection(Vec::new());
     let mut deleted = 0;
+    let mut req = PageRequest::default();
     loop {
-        // Re-read from the start after each round of deletes: a
-        // continuation token over deleted keys is still valid, but
-        // starting over is simpler and the entries read are only the
-        // ones left.
+        // A continuation token names the next key to read, so deleting the
+        // keys before it does not disturb it; a page may be empty and
+        // still carry one (it ended at a range partition's boundary).
         let mut stats = RetryStats::default();
-        let first = PageRequest::default();
-        let page = with_retry(retry, &mut stats, || store.query(table, &q, &first)).await?;
-        if page.entities.is_empty() {
-            return Ok(deleted);
-        }
+        let page = with_retry(retry, &mut stats, || store.query(table, &q, &req)).await?;
         let mut by_pk: BTreeMap<String, Vec<Operation>> = BTreeMap::new();
         for e in page.entities {
             by_pk
@@ -675,11 +795,189 @@ pub async fn drop_entries(
                 let chunk: Arc<[Operation]> = chunk.to_vec().into();
                 match with_retry(retry, &mut stats, || store.execute(table, chunk.clone())).await {
                     Ok(_) => deleted += chunk.len() as u64,
-                    // Deleted meanwhile by a write to its base entity.
-                    Err(e) if matches!(e.root(), StoreError::EntityNotFound { .. }) => {}
+                    // One was deleted meanwhile (by a write to its row):
+                    // the others one at a time.
+                    Err(e) if matches!(e.root(), StoreError::EntityNotFound { .. }) => {
+                        for op in chunk.iter() {
+                            let one: Arc<[Operation]> = vec![op.clone()].into();
+                            match with_retry(retry, &mut stats, || {
+                                store.execute(table, one.clone())
+                            })
+                            .await
+                            {
+                                Ok(_) => deleted += 1,
+                                Err(e) if matches!(e.root(), StoreError::EntityNotFound { .. }) => {
+                                }
+                                Err(e) => return Err(e.into()),
+                            }
+                        }
+                    }
                     Err(e) => return Err(e.into()),
                 }
             }
         }
+        match page.continuation {
+            Some(t) => req = req.resume(t),
+            None => return Ok(deleted),
+        }
     }
+}
+
+/// What [`verify`] found (and, repairing, fixed).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// PartitionKeys read.
+    pub partitions: u64,
+    /// Base entities read.
+    pub rows: u64,
+    /// Index entries read.
+    pub entries: u64,
+    /// Entries a row should have and does not (or that name another row).
+    pub missing: u64,
+    /// Entries no row has (a dropped index's, a row's old value's).
+    pub stale: u64,
+    /// Entries written or deleted to repair.
+    pub repaired: u64,
+    /// The first few problems, described.
+    pub examples: Vec<String>,
+}
+
+/// Compares every partition's index entries with those its rows call for
+/// (one partition at a time: its rows, then its entries, in one key-order
+/// read) and, with `repair`, writes the missing ones and deletes the
+/// stale ones. Meant for a table no one writes meanwhile (`tablegate
+/// index verify` runs on a stopped server's data).
+pub async fn verify(
+    store: &Backend,
+    table: &TableDef,
+    repair: bool,
+    retry: &RetryPolicy,
+    progress: &(dyn Fn(&Check) + Send + Sync),
+) -> Result<Check> {
+    let q = Query::full_scan();
+    let mut req = PageRequest::default();
+    let mut check = Check::default();
+    let mut group: Vec<Entity> = Vec::new();
+    loop {
+        let mut stats = RetryStats::default();
+        let page = with_retry(retry, &mut stats, || store.query(&table.name, &q, &req)).await?;
+        for e in page.entities {
+            if group
+                .first()
+                .is_some_and(|f| f.partition_key != e.partition_key)
+            {
+                check_partition(
+                    store,
+                    table,
+                    std::mem::take(&mut group),
+                    repair,
+                    retry,
+                    &mut check,
+                )
+                .await?;
+                if check.partitions % 100 == 0 {
+                    progress(&check);
+                }
+            }
+            group.push(e);
+        }
+        match page.continuation {
+            Some(t) => req = req.resume(t),
+            None => break,
+        }
+    }
+    if !group.is_empty() {
+        check_partition(store, table, group, repair, retry, &mut check).await?;
+    }
+    progress(&check);
+    Ok(check)
+}
+
+async fn check_partition(
+    store: &Backend,
+    table: &TableDef,
+    entities: Vec<Entity>,
+    repair: bool,
+    retry: &RetryPolicy,
+    check: &mut Check,
+) -> Result<()> {
+    let pk = entities[0].partition_key.clone();
+    check.partitions += 1;
+    // Entry RowKey → the base RowKey it should name.
+    let mut want: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    // Entry RowKey → (ETag, the base RowKey it names).
+    let mut stored: BTreeMap<String, (tablegate_store::ETag, Option<String>)> = BTreeMap::new();
+    for e in &entities {
+        if e.row_key.starts_with(tablegate_catalog::INDEX_ROW_PREFIX) {
+            check.entries += 1;
+            let base = match e.properties.get(BASE_PROPERTY) {
+                Some(Value::String(s)) => Some(s.clone()),
+                _ => None,
+            };
+            stored.insert(e.row_key.clone(), (e.etag(), base));
+        } else {
+            check.rows += 1;
+            for x in layout::entries(table, &e.properties, &e.row_key)? {
+                want.insert(x.row_key, (x.index, e.row_key.clone()));
+            }
+        }
+    }
+    let mut ops = Vec::new();
+    let note = |check: &mut Check, what: String| {
+        if check.examples.len() < 10 {
+            check.examples.push(what);
+        }
+    };
+    for (rk, (index, base)) in &want {
+        if stored
+            .get(rk)
+            .is_none_or(|(_, b)| b.as_deref() != Some(base.as_str()))
+        {
+            check.missing += 1;
+            note(
+                check,
+                format!(
+                    "missing: index {} entry of row ('{pk}', '{base}')",
+                    table.indexes[*index].name
+                ),
+            );
+            ops.push(Operation::InsertOrReplace(entry_write(
+                &pk,
+                &Entry {
+                    index: *index,
+                    row_key: rk.clone(),
+                },
+                base,
+            )));
+        }
+    }
+    for (rk, (etag, base)) in stored {
+        if !want.contains_key(&rk) {
+            check.stale += 1;
+            note(
+                check,
+                format!(
+                    "stale: entry in PartitionKey '{pk}' naming row '{}'",
+                    base.unwrap_or_default()
+                ),
+            );
+            ops.push(Operation::Delete {
+                partition_key: pk.clone(),
+                row_key: rk,
+                if_match: IfMatch::ETag(etag),
+            });
+        }
+    }
+    if repair {
+        for chunk in ops.chunks(limits::MAX_BATCH_OPERATIONS) {
+            let chunk: Arc<[Operation]> = chunk.to_vec().into();
+            let mut stats = RetryStats::default();
+            with_retry(retry, &mut stats, || {
+                store.execute(&table.name, chunk.clone())
+            })
+            .await?;
+            check.repaired += chunk.len() as u64;
+        }
+    }
+    Ok(())
 }

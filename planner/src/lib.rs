@@ -424,14 +424,22 @@ impl Planner {
         txn: Option<&mut Transaction>,
         opts: &ExecOptions,
     ) -> Result<WriteOutcome> {
-        apply::run(&self.store, &self.identities, plan, params, txn, opts)
-            .await
-            .map_err(|e| e.with_key_columns(&plan.table))
+        apply::run(
+            &self.store,
+            &self.catalog,
+            &self.identities,
+            plan,
+            params,
+            txn,
+            opts,
+        )
+        .await
+        .map_err(|e| e.with_key_columns(&plan.table))
     }
 
     /// COMMIT: the transaction's writes as one entity-group transaction.
     pub async fn commit(&self, txn: Transaction, opts: &ExecOptions) -> Result<usize> {
-        txn.commit(&self.store, &opts.retry).await
+        txn.commit(&self.store, &self.catalog, &opts.retry).await
     }
 
     /// Runs a DDL plan.
@@ -540,6 +548,10 @@ impl Planner {
                 for n in names {
                     match self.catalog.drop_index(n).await {
                         Ok(table) => {
+                            // Writes that still know the index finish (here
+                            // and, over a shared catalog, on other gateways)
+                            // before its entries go.
+                            self.settle_writes().await;
                             if let Some(def) = table.index(n) {
                                 index::drop_entries(
                                     &self.store,
@@ -590,11 +602,21 @@ impl Planner {
             });
         };
         let at = def.indexes.len() - 1;
+        self.settle_writes().await;
         let progress = |read: u64, written: u64| {
             tracing::debug!(index = name, read, written, "index build");
         };
         let retry = RetryPolicy::default();
-        match index::backfill(&self.store, &def, at, &retry, &progress).await {
+        let built = match index::backfill(&self.store, &def, at, &retry, &progress).await {
+            Ok(written) => self
+                .catalog
+                .index_ready(name)
+                .await
+                .map(|()| written)
+                .map_err(Into::into),
+            Err(e) => Err(e),
+        };
+        match built {
             Ok(written) => {
                 let n = def.indexes.len();
                 Ok(DdlOutcome {
@@ -608,11 +630,35 @@ impl Planner {
                 })
             }
             Err(e) => {
-                let _ = self.catalog.drop_index(name).await;
-                let _ = index::drop_entries(&self.store, &def.name, &def.indexes[at], &retry).await;
-                Err(e)
+                // Undone: the definition first (so writes stop adding
+                // entries), then what was built.
+                if self.catalog.drop_index(name).await.is_ok() {
+                    self.settle_writes().await;
+                    if let Err(d) =
+                        index::drop_entries(&self.store, &def.name, &def.indexes[at], &retry).await
+                    {
+                        tracing::warn!(index = name, error = %d, "entries of a failed index build left behind; `tablegate index verify` finds them");
+                    }
+                }
+                Err(match e {
+                    PlanError::UniqueViolation { index, key, .. } => {
+                        PlanError::UniqueIndexBuild { index, key }
+                    }
+                    e => e,
+                })
             }
         }
+    }
+
+    /// Waits until no write that read a table's definition before the
+    /// last index change is still under way: on this gateway, and over a
+    /// shared catalog on the others too (they re-read definitions every
+    /// [`REFRESH_EVERY`]).
+    async fn settle_writes(&self) {
+        if self.catalog.is_shared() {
+            tokio::time::sleep(2 * REFRESH_EVERY).await;
+        }
+        self.catalog.drain_writes().await;
     }
 
     /// Binds and starts a SELECT on the native path.

@@ -224,12 +224,14 @@ impl Transaction {
                 });
             }
         }
-        let most = crate::index::rows_per_group(table, false);
+        // Room for every row to change its indexed values (two entries
+        // per index): COMMIT must not find the transaction too big.
+        let most = crate::index::rows_per_group(table, true);
         if !self.writes.staged.contains_key(rk) && self.writes.staged.len() >= most {
             let indexes = match table.indexes.len() {
                 0 => String::new(),
                 n => format!(
-                    " of \"{}\" (each row also writes an entry of each of its {n} index{})",
+                    " of \"{}\" (each row may also remove and add an entry of each of its {n} index{})",
                     table.name,
                     if n == 1 { "" } else { "es" }
                 ),
@@ -441,7 +443,12 @@ impl Transaction {
 
     /// COMMIT: sends the staged writes as one entity-group transaction.
     /// Returns the number of operations applied.
-    pub async fn commit(self, store: &Backend, retry: &RetryPolicy) -> Result<usize> {
+    pub async fn commit(
+        self,
+        store: &Backend,
+        catalog: &tablegate_catalog::Catalog,
+        retry: &RetryPolicy,
+    ) -> Result<usize> {
         let Some((table, pk)) = &self.writes.scope else {
             return Ok(0);
         };
@@ -465,7 +472,16 @@ impl Transaction {
         }
         let n = ops.len();
         let mut stats = RetryStats::default();
-        let r = crate::index::execute(store, &table, ops.into(), &known, retry, &mut stats).await;
+        let r = crate::index::execute(
+            store,
+            catalog,
+            &table,
+            ops.into(),
+            &known,
+            retry,
+            &mut stats,
+        )
+        .await;
         let e = match r {
             Ok(_) => return Ok(n),
             Err(PlanError::Store(e)) => e,

@@ -358,7 +358,7 @@ pub fn plan_insert(catalog: &Catalog, ins: &ast::Insert, sql: &str) -> Result<Wr
                             return Err(PlanError::Unsupported {
                                 feature: format!("ON CONFLICT ({})", named.join(", ")),
                                 hint: format!(
-                                    "the only unique constraint is the primary key: ON CONFLICT ({})",
+                                    "ON CONFLICT names the primary key: ON CONFLICT ({}); a UNIQUE index (unique within each PartitionKey) is not a conflict target, but ON CONFLICT DO NOTHING without a target skips rows it refuses",
                                     keys.join(", ")
                                 ),
                             });

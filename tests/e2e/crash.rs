@@ -115,3 +115,155 @@ async fn acknowledged_copy_and_insert_survive_kill_9() {
         }
     }
 }
+
+/// `tablegate index verify` on a stopped server's data: its last line and
+/// whether it found the entries matching the rows.
+fn verify_indexes(dir: &std::path::Path, table: &str) -> (String, bool) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tablegate"))
+        .args(["index", "verify", table, "--data"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (format!("{stdout}{stderr}"), out.status.success())
+}
+
+#[tokio::test]
+async fn index_entries_never_part_from_their_rows_across_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
+    let mut writes = 0u64;
+    for round in 0..4 {
+        let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+        if round == 0 {
+            let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+            tokio::spawn(conn);
+            c.batch_execute(
+                "CREATE TABLE people (org text, id int, team int, email text, PRIMARY KEY (org, id));
+                 CREATE INDEX people_team ON people (team);
+                 CREATE UNIQUE INDEX people_email ON people (email)",
+            )
+            .await
+            .unwrap();
+        }
+        // Two writers: every statement form that changes indexed values.
+        let mut tasks = Vec::new();
+        for w in 0..2u64 {
+            let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+            tokio::spawn(conn);
+            let mut seed = rng.next() ^ w;
+            tasks.push(tokio::spawn(async move {
+                let mut next = move || {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed
+                };
+                let mut done = 0u64;
+                loop {
+                    let org = format!("o{}", next() % 3);
+                    let id = next() % 40;
+                    let team = next() % 5;
+                    let email = format!("e{}", next() % 60);
+                    let sql = match next() % 6 {
+                        0 => format!(
+                            "INSERT INTO people VALUES ('{org}', {id}, {team}, '{email}') ON CONFLICT DO NOTHING"
+                        ),
+                        1 => format!(
+                            "INSERT INTO people VALUES ('{org}', {id}, {team}, '{email}'), ('{org}', {}, {team}, 'x{email}') \
+                             ON CONFLICT (org, id) DO UPDATE SET team = EXCLUDED.team, email = EXCLUDED.email",
+                            (id + 1) % 40
+                        ),
+                        2 => format!("UPDATE people SET team = {team} WHERE org = '{org}' AND team = {}", next() % 5),
+                        3 => format!("UPDATE people SET email = '{email}' WHERE org = '{org}' AND id = {id}"),
+                        4 => format!("DELETE FROM people WHERE org = '{org}' AND team = {team} AND id > {id}"),
+                        _ => format!(
+                            "BEGIN; UPDATE people SET team = team + 1 WHERE org = '{org}' AND id = {id}; \
+                             INSERT INTO people VALUES ('{org}', {}, 1, 'y{email}') ON CONFLICT DO NOTHING; COMMIT",
+                            (id + 7) % 40
+                        ),
+                    };
+                    let r = if next() % 7 == 0 {
+                        // COPY: three rows, maybe over existing keys (23505).
+                        let data: String = (0..3)
+                            .map(|k| format!("{org}\t{}\t{team}\tc{k}{email}\n", (id + k) % 40))
+                            .collect();
+                        match c.copy_in("COPY people FROM STDIN").await {
+                            Ok(sink) => {
+                                futures::pin_mut!(sink);
+                                match sink.send(Cursor::new(data.into_bytes())).await {
+                                    Ok(()) => sink.finish().await.map(|_| ()),
+                                    Err(e) => Err(e),
+                                }
+                            }
+                            Err(e) => Err(e),
+                        }
+                    } else {
+                        c.batch_execute(&sql).await
+                    };
+                    match r {
+                        Ok(()) => done += 1,
+                        // A unique violation or a conflict is an answer;
+                        // a closed connection is the kill.
+                        Err(e) if e.is_closed() || e.code().is_none() => return done,
+                        Err(_) => {
+                            let _ = c.batch_execute("ROLLBACK").await;
+                        }
+                    }
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(300 + rng.next() % 500)).await;
+        s.kill9();
+        for t in tasks {
+            writes += t.await.unwrap();
+        }
+        let (report, ok) = verify_indexes(dir.path(), "people");
+        assert!(ok, "round {round}: {report}");
+        assert!(report.contains(": 0 missing, 0 stale"), "{report}");
+    }
+    assert!(writes > 50, "the writers got {writes} statements through");
+    // Lookups through the indexes answer what scans answer.
+    let s = TestServer::serve_in(dir.path(), &["--throttle", "off"]);
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let count = |rows: Vec<tokio_postgres::SimpleQueryMessage>| {
+        rows.into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some(format!(
+                    "{}:{}",
+                    r.get(0).unwrap_or(""),
+                    r.get(1).unwrap_or("")
+                )),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut total = 0;
+    for org in ["o0", "o1", "o2"] {
+        for team in 0..6 {
+            let q = format!(
+                "SELECT id, email FROM people WHERE org = '{org}' AND team = {team} ORDER BY id"
+            );
+            let with = count(c.simple_query(&q).await.unwrap());
+            c.batch_execute("SET tablegate.use_indexes = off")
+                .await
+                .unwrap();
+            let without = count(c.simple_query(&q).await.unwrap());
+            c.batch_execute("SET tablegate.use_indexes = on")
+                .await
+                .unwrap();
+            assert_eq!(with, without, "{q}");
+            total += with.len();
+        }
+    }
+    assert!(total > 0, "no rows survived to compare");
+    // Verify refuses a running server's data, and a table without indexes.
+    let (report, ok) = verify_indexes(dir.path(), "people");
+    assert!(!ok && report.contains("stop it first"), "{report}");
+    drop(c);
+    s.kill9();
+    let (report, ok) = verify_indexes(dir.path(), "nope");
+    assert!(!ok && report.contains("does not exist"), "{report}");
+}

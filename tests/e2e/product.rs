@@ -89,6 +89,7 @@ fn system_views_show_tables_ranges_servers_and_counters() {
         "balance_events",
         "health",
         "hot_partitions",
+        "indexes",
         "insert_patterns",
         "query_counters",
         "range_partitions",

@@ -40,10 +40,11 @@ use crate::telemetry::telemetry;
 pub const SCHEMA: &str = "tablegate";
 
 /// The views, in the order `\dv` lists them (alphabetical).
-pub const VIEWS: [&str; 10] = [
+pub const VIEWS: [&str; 11] = [
     "balance_events",
     "health",
     "hot_partitions",
+    "indexes",
     "insert_patterns",
     "query_counters",
     "range_partitions",
@@ -191,6 +192,16 @@ fn view_schema(name: &str) -> SchemaRef {
             timestamp("last_seen"),
         ],
         "throttle_counters" => vec![text("scope"), int("target_per_sec"), int("throttled")],
+        "indexes" => vec![
+            text("table_name"),
+            text("index_name"),
+            text("columns"),
+            boolean("is_unique"),
+            text("kind"),
+            int("operations_per_insert"),
+            int("rows_per_transaction"),
+            text("definition"),
+        ],
         "health" => vec![
             text("component"),
             text("state"),
@@ -326,6 +337,28 @@ impl SystemView {
                         None => row.extend([Cell::I(None), Cell::I(None), Cell::I(None)]),
                     }
                     rows.push(row);
+                }
+            }
+            "indexes" => {
+                for def in self.planner.catalog().tables() {
+                    for ix in &def.indexes {
+                        rows.push(vec![
+                            t(&def.name),
+                            t(&ix.name),
+                            t(ix.columns.join(", ")),
+                            Cell::B(ix.unique),
+                            t("local"),
+                            i(1 + def.indexes.len()),
+                            i(tablegate_planner::index::rows_per_group(&def, true)),
+                            t(format!(
+                                "CREATE {}INDEX {} ON {} ({})",
+                                if ix.unique { "UNIQUE " } else { "" },
+                                ix.name,
+                                def.name,
+                                ix.columns.join(", ")
+                            )),
+                        ]);
+                    }
                 }
             }
             "range_partitions" => {

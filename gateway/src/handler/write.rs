@@ -185,6 +185,7 @@ impl ConnHandler {
         let result = tokio::select! {
             r = tablegate_planner::apply::insert_rows(
                 self.planner.store(),
+                self.planner.catalog(),
                 w,
                 out,
                 txn.as_mut(),

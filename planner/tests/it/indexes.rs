@@ -13,8 +13,11 @@ use arrow_schema::DataType;
 use fastrand::Rng;
 use tablegate_catalog::INDEX_ROW_PREFIX;
 use tablegate_catalog::index::entries;
-use tablegate_planner::{ExecOptions, Plan, PlanError, Planner, Transaction};
-use tablegate_store::{KeyBox, KeyInterval, PageRequest, Query, TableStore};
+use tablegate_planner::{ExecOptions, Plan, PlanError, Planner, Transaction, index};
+use tablegate_store::{
+    Backend, Entity, EntityWrite, IfMatch, KeyBox, KeyInterval, Operation, PageRequest, Query,
+    TableStore,
+};
 
 use crate::fixture;
 
@@ -162,39 +165,60 @@ fn queries(rng: &mut Rng) -> Vec<String> {
         q.push(format!(
             "SELECT r FROM {{t}} WHERE p IN ('{pk}', 'p2') AND a = {a} AND c > 0 ORDER BY p, r"
         ));
+        // Ranges on an index's first column, and after an equality.
+        q.push(format!(
+            "SELECT r, a FROM {{t}} WHERE p = '{pk}' AND a > {a} ORDER BY r"
+        ));
+        q.push(format!(
+            "SELECT r, a FROM {{t}} WHERE p = '{pk}' AND a <= {a} ORDER BY r"
+        ));
+        q.push(format!(
+            "SELECT r FROM {{t}} WHERE p = '{pk}' AND a BETWEEN {a} AND {} ORDER BY r",
+            a + 1
+        ));
+        q.push(format!(
+            "SELECT r FROM {{t}} WHERE p = '{pk}' AND b = '{b}' AND a >= {a} AND a < 3 ORDER BY r"
+        ));
+        q.push(format!(
+            "SELECT r, b FROM {{t}} WHERE p = '{pk}' AND b > '{b}' ORDER BY r"
+        ));
+        q.push(format!(
+            "SELECT r, a FROM {{t}} WHERE p = '{pk}' AND a >= 1.5 AND a < 2.5 ORDER BY r"
+        ));
     }
     q
+}
+
+/// Every entity of table `indexed` whose RowKey is in `rk`.
+async fn read_all(store: &Backend, rk: KeyInterval) -> Vec<Entity> {
+    let q = Query::spans(vec![KeyBox {
+        pk: KeyInterval::all(),
+        rk,
+    }]);
+    let mut out = Vec::new();
+    let mut req = PageRequest::default();
+    loop {
+        let page = store.query("indexed", &q, &req).await.unwrap();
+        out.extend(page.entities);
+        match page.continuation {
+            Some(t) => req = req.resume(t),
+            None => return out,
+        }
+    }
 }
 
 /// The index entries in the store against those recomputed from the rows.
 async fn entries_match(p: &Planner) {
     let table = p.catalog().table("indexed").unwrap();
-    let store = p.store();
-    let read = |rk: KeyInterval| {
-        let q = Query::spans(vec![KeyBox {
-            pk: KeyInterval::all(),
-            rk,
-        }]);
-        async move {
-            let mut out = Vec::new();
-            let mut req = PageRequest::default();
-            loop {
-                let page = store.query("indexed", &q, &req).await.unwrap();
-                out.extend(page.entities);
-                match page.continuation {
-                    Some(t) => req = req.resume(t),
-                    None => return out,
-                }
-            }
-        }
-    };
-    let base = read(tablegate_catalog::index::user_rows()).await;
-    let stored: BTreeSet<(String, String)> =
-        read(KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string()))
-            .await
-            .into_iter()
-            .map(|e| (e.partition_key, e.row_key))
-            .collect();
+    let base = read_all(p.store(), tablegate_catalog::index::user_rows()).await;
+    let stored: BTreeSet<(String, String)> = read_all(
+        p.store(),
+        KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string()),
+    )
+    .await
+    .into_iter()
+    .map(|e| (e.partition_key, e.row_key))
+    .collect();
     let mut want = BTreeSet::new();
     for e in &base {
         for x in entries(&table, &e.properties, &e.row_key).unwrap() {
@@ -282,6 +306,58 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
         }
     }
     assert!(used > 20, "the index was used for {used} queries only");
+    // Drift is found and repaired: an entry lost and a stray one added
+    // behind the gateway's back.
+    let table = p.catalog().table("indexed").unwrap();
+    let nothing = |_: &tablegate_planner::index::Check| {};
+    let retry = tablegate_store::RetryPolicy::default();
+    let clean = index::verify(p.store(), &table, false, &retry, &nothing)
+        .await
+        .unwrap();
+    assert_eq!((clean.missing, clean.stale), (0, 0));
+    assert!(
+        clean.rows > 0 && clean.entries == 2 * clean.rows,
+        "{clean:?}"
+    );
+    let victim = read_all(
+        p.store(),
+        KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string()),
+    )
+    .await
+    .remove(0);
+    let stray = format!("{INDEX_ROW_PREFIX}0002.vffff!zzz");
+    p.store()
+        .execute(
+            "indexed",
+            vec![
+                Operation::Delete {
+                    partition_key: victim.partition_key.clone(),
+                    row_key: victim.row_key.clone(),
+                    if_match: IfMatch::Any,
+                },
+                Operation::Insert(EntityWrite::new(victim.partition_key.clone(), stray)),
+            ]
+            .into(),
+        )
+        .await
+        .unwrap();
+    let found = index::verify(p.store(), &table, false, &retry, &nothing)
+        .await
+        .unwrap();
+    assert_eq!(
+        (found.missing, found.stale, found.repaired),
+        (1, 1, 0),
+        "{found:?}"
+    );
+    let fixed = index::verify(p.store(), &table, true, &retry, &nothing)
+        .await
+        .unwrap();
+    assert_eq!(fixed.repaired, 2);
+    let again = index::verify(p.store(), &table, false, &retry, &nothing)
+        .await
+        .unwrap();
+    assert_eq!((again.missing, again.stale), (0, 0));
+    entries_match(&p).await;
     // Dropping an index removes its entries; the other keeps working.
     assert_eq!(run(&p, "DROP INDEX ix_a", None, &on).await, "DROP INDEX");
     entries_match(&p).await;
@@ -319,7 +395,7 @@ async fn unique_indexes_refuse_a_second_row_per_value_in_a_partition() {
     )
     .await;
     assert!(
-        e.contains("duplicate key value violates unique constraint \"users_email\""),
+        e.contains("could not create unique index \"users_email\""),
         "{e}"
     );
     assert!(p.catalog().table("users").unwrap().indexes.is_empty());
@@ -404,6 +480,69 @@ async fn unique_indexes_refuse_a_second_row_per_value_in_a_partition() {
     )
     .await;
     assert!(e.contains("\"users_email\""), "{e}");
+    // ON CONFLICT DO NOTHING skips rows a UNIQUE index refuses, as
+    // PostgreSQL does for any unique constraint.
+    assert_eq!(
+        run(
+            &p,
+            "INSERT INTO users VALUES ('o1', 7, 'a'), ('o1', 8, 'h') ON CONFLICT DO NOTHING",
+            None,
+            &on
+        )
+        .await,
+        "INSERT 1"
+    );
+    run(
+        &p,
+        "DELETE FROM users WHERE org = 'o1' AND id = 8",
+        None,
+        &on,
+    )
+    .await;
+    // A UNIQUE entry left naming a row that no longer has the value (a
+    // build racing an update leaves one) does not block the value.
+    let stale = {
+        let t = p.catalog().table("users").unwrap();
+        let ix = t.index("users_email").unwrap();
+        let mut props = std::collections::BTreeMap::new();
+        props.insert(
+            "email".to_owned(),
+            tablegate_store::Value::String("q".into()),
+        );
+        ix.entry_key(&t, &props, "").unwrap()
+    };
+    p.store()
+        .execute(
+            "users",
+            vec![Operation::Insert(EntityWrite::new("o1", stale).with(
+                "tg_base",
+                tablegate_store::Value::String("0000000001".into()),
+            ))]
+            .into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        run(&p, "INSERT INTO users VALUES ('o1', 9, 'q')", None, &on).await,
+        "INSERT 1"
+    );
+    assert_eq!(
+        run(
+            &p,
+            "SELECT id FROM users WHERE org = 'o1' AND email = 'q'",
+            None,
+            &on
+        )
+        .await,
+        "9"
+    );
+    run(
+        &p,
+        "DELETE FROM users WHERE org = 'o1' AND id = 9",
+        None,
+        &on,
+    )
+    .await;
     // Index entries never show: not in SELECT *, not in count(*).
     assert_eq!(
         run(
@@ -430,4 +569,139 @@ async fn unique_indexes_refuse_a_second_row_per_value_in_a_partition() {
         run(&p, "DROP INDEX IF EXISTS nope", None, &on).await,
         "DROP INDEX"
     );
+}
+
+#[tokio::test]
+async fn writes_planned_before_an_index_change_follow_it() {
+    let (p, store) = fixture::empty_planner().await;
+    let on = opts(true);
+    run(
+        &p,
+        "CREATE TABLE indexed (p TEXT, r INT, a INT, b TEXT, c FLOAT8, PRIMARY KEY (p, r))",
+        None,
+        &on,
+    )
+    .await;
+    // Two range partitions: DROP INDEX must follow its reads across them.
+    store.split_blocking("indexed", "p2").unwrap();
+    for pk in PKS {
+        run(
+            &p,
+            &format!("INSERT INTO indexed VALUES ('{pk}', 1, 1, 'x', 0), ('{pk}', 2, 2, 'y', 0)"),
+            None,
+            &on,
+        )
+        .await;
+    }
+    // A transaction begun, and a statement planned, before CREATE INDEX.
+    let mut txn = Transaction::new();
+    run(
+        &p,
+        "INSERT INTO indexed VALUES ('p1', 3, 1, 'z', 0)",
+        Some(&mut txn),
+        &on,
+    )
+    .await;
+    let sql = "UPDATE indexed SET a = 1 WHERE p = 'p2' AND r = 2";
+    let stmt = Planner::parse(sql).unwrap().remove(0);
+    let Plan::Write(planned) = p.plan(&stmt, sql).unwrap() else {
+        panic!("a write")
+    };
+    assert_eq!(
+        run(&p, "CREATE INDEX idx_a ON indexed (a)", None, &on).await,
+        "CREATE INDEX"
+    );
+    p.commit(txn, &on).await.unwrap();
+    p.write(&planned, &[], None, &on).await.unwrap();
+    entries_match(&p).await;
+    assert_eq!(
+        run(
+            &p,
+            "SELECT r FROM indexed WHERE p = 'p1' AND a = 1 ORDER BY r",
+            None,
+            &on
+        )
+        .await,
+        "1\n3"
+    );
+    assert_eq!(
+        run(
+            &p,
+            "SELECT r FROM indexed WHERE p = 'p2' AND a = 1 ORDER BY r",
+            None,
+            &on
+        )
+        .await,
+        "1\n2"
+    );
+    // Dropped: every entry goes, in both range partitions; a new index
+    // never takes a dropped one's id.
+    let old_id = p.catalog().table("indexed").unwrap().indexes[0].id;
+    assert_eq!(run(&p, "DROP INDEX idx_a", None, &on).await, "DROP INDEX");
+    assert!(
+        read_all(
+            p.store(),
+            KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string())
+        )
+        .await
+        .is_empty()
+    );
+    run(&p, "CREATE INDEX idx_b ON indexed (b)", None, &on).await;
+    let t = p.catalog().table("indexed").unwrap();
+    assert!(
+        t.indexes[0].id > old_id && !t.indexes[0].building,
+        "{:?}",
+        t.indexes
+    );
+    entries_match(&p).await;
+    // A transaction holds as many rows as fit when each changes its
+    // indexed value: 100 / (1 + 2) with one index.
+    let mut txn = Transaction::new();
+    for r in 0..33 {
+        let out = run(
+            &p,
+            &format!("INSERT INTO indexed VALUES ('p3', {}, 0, 'w', 0)", 100 + r),
+            Some(&mut txn),
+            &on,
+        )
+        .await;
+        assert_eq!(out, "INSERT 1");
+    }
+    let full = run(
+        &p,
+        "INSERT INTO indexed VALUES ('p3', 200, 0, 'w', 0)",
+        Some(&mut txn),
+        &on,
+    )
+    .await;
+    assert!(
+        full.contains("at most 33 distinct entities") && full.contains("index"),
+        "{full}"
+    );
+    assert_eq!(p.commit(txn, &on).await.unwrap(), 33);
+    entries_match(&p).await;
+}
+
+#[tokio::test]
+async fn a_building_index_is_kept_but_not_used_for_lookups() {
+    let (p, _) = fixture::empty_planner().await;
+    let on = opts(true);
+    run(
+        &p,
+        "CREATE TABLE indexed (p TEXT, r INT, a INT, b TEXT, c FLOAT8, PRIMARY KEY (p, r))",
+        None,
+        &on,
+    )
+    .await;
+    run(&p, "CREATE INDEX idx_a ON indexed (a)", None, &on).await;
+    let sql = "SELECT r FROM indexed WHERE p = 'p1' AND a = 1";
+    let stmt = Planner::parse(sql).unwrap().remove(0);
+    let Plan::Select(s) = p.plan(&stmt, sql).unwrap() else {
+        panic!("a select")
+    };
+    let bound = s.bind(&[]).unwrap();
+    let mut table = (*p.catalog().table("indexed").unwrap()).clone();
+    assert!(index::choose(&table, &bound.access).is_some());
+    table.indexes[0].building = true;
+    assert_eq!(index::choose(&table, &bound.access), None);
 }

@@ -251,6 +251,7 @@ impl ConnHandler {
         let mut txn = self.session.lock().txn.take();
         let r = tablegate_planner::apply::insert_rows(
             self.planner.store(),
+            self.planner.catalog(),
             &st.plan,
             rows,
             txn.as_mut(),
