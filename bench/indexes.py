@@ -160,7 +160,7 @@ def main(argv: list[str]) -> int:
                         B.log(f"{server.name}: {sql} in {time.monotonic() - start:.2f} s")
                     modes = [True, False] if server.name == "tablegate" and n > 0 else [True]
                     for use in modes:
-                        r = measure(server, args.tenants, args.ops, use, seed=20261129 + n)
+                        r = measure(server, args.tenants, args.ops, use, seed=20261129 + 2 * n + (0 if use else 1))
                         B.log(f"{server.name}, {n} indexes{'' if use else ', index use off'}: "
                               + ", ".join(f"{k} {v:,.0f}/s" for k, v in r.items()))
                         results.append((server.name, f"{n} index{'es' if n != 1 else ''}", n, use, r))

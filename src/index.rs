@@ -7,12 +7,11 @@
 //! what an index without a way to find and fix drift costs its users.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use tablegate_planner::Planner;
 use tablegate_planner::index::{self, Check};
-use tablegate_store::{LocalStore, PartitionConfig, PartitionedStore, RetryPolicy, StoreOptions};
+use tablegate_store::{PartitionConfig, RetryPolicy};
 
 /// What to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -38,26 +37,11 @@ pub struct IndexArgs {
 /// Runs `tablegate index`.
 pub async fn run(args: IndexArgs) -> Result<(), String> {
     let data = args.data.clone();
-    let local = tokio::task::spawn_blocking(move || {
-        LocalStore::open(&data, StoreOptions::default())
+    let store = tokio::task::spawn_blocking(move || {
+        crate::split::open_stopped(&data, PartitionConfig::default().servers)
     })
     .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| {
-        format!(
-            "cannot open data directory {} (a server running on it holds it: stop it first): {e}",
-            args.data.display()
-        )
-    })?;
-    let store = PartitionedStore::new(
-        local,
-        PartitionConfig {
-            targets: None,
-            move_offline: Duration::ZERO,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())??;
     let planner = Planner::open(store).await.map_err(|e| e.to_string())?;
     let table = planner
         .catalog()
@@ -86,7 +70,7 @@ pub async fn run(args: IndexArgs) -> Result<(), String> {
         println!("{e}");
     }
     println!(
-        "{}: {} partitions, {} rows, {} index entries ({}): {} missing, {} stale{}",
+        "{}: {} partitions, {} rows, {} index entries ({}): {} missing, {} stale, {} duplicate UNIQUE values{}",
         table.name,
         c.partitions,
         c.rows,
@@ -94,18 +78,35 @@ pub async fn run(args: IndexArgs) -> Result<(), String> {
         table
             .indexes
             .iter()
-            .map(|i| i.name.as_str())
+            .map(|i| format!("{}{}", i.name, if i.building { " (building)" } else { "" }))
             .collect::<Vec<_>>()
             .join(", "),
         c.missing,
         c.stale,
+        c.duplicates,
         if repair {
             format!(", {} repaired", c.repaired)
         } else {
             String::new()
         }
     );
-    if !repair && c.missing + c.stale > 0 {
+    if c.duplicates > 0 {
+        return Err(
+            "rows share values of a UNIQUE index: change or delete all but one of each, then repair"
+                .into(),
+        );
+    }
+    if repair {
+        // A build a crash interrupted is complete once repaired.
+        for ix in table.indexes.iter().filter(|i| i.building) {
+            planner
+                .catalog()
+                .index_ready(&ix.name, ix.id)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("index {} built: lookups use it from now on", ix.name);
+        }
+    } else if c.missing + c.stale > 0 {
         return Err("the index entries do not match the rows: run `tablegate index repair`".into());
     }
     Ok(())

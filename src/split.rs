@@ -6,7 +6,7 @@
 //! PartitionKeys, so the ranges hold about equally many keys.
 
 use std::ops::Bound;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
@@ -36,23 +36,30 @@ pub async fn run(args: SplitArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?
 }
 
-fn split(args: &SplitArgs) -> Result<(), String> {
-    let local = LocalStore::open(&args.data, StoreOptions::default()).map_err(|e| {
+/// The partition layer over a stopped server's data directory, unthrottled
+/// and with instant range moves (for offline tools: `split`, `index`).
+/// Blocking.
+pub fn open_stopped(data: &Path, servers: usize) -> Result<PartitionedStore, String> {
+    let local = LocalStore::open(data, StoreOptions::default()).map_err(|e| {
         format!(
             "cannot open data directory {} (a server running on it holds it: stop it first): {e}",
-            args.data.display()
+            data.display()
         )
     })?;
-    let store = PartitionedStore::new(
+    PartitionedStore::new(
         local,
         PartitionConfig {
-            servers: args.servers as usize,
+            servers,
             targets: None,
             move_offline: Duration::ZERO,
             ..Default::default()
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())
+}
+
+fn split(args: &SplitArgs) -> Result<(), String> {
+    let store = open_stopped(&args.data, args.servers as usize)?;
     let keys = store
         .partition_stats_blocking(&args.table, Bound::Unbounded, Bound::Unbounded, usize::MAX)
         .map_err(|e| format!("table {}: {e}", args.table))?;

@@ -472,10 +472,13 @@ impl Catalog {
 
     /// DROP INDEX: forgets the index; returns the table as it was (its
     /// entries are still in the store: the caller deletes them).
-    pub async fn drop_index(&self, name: &str) -> Result<Arc<TableDef>> {
+    /// With `id`, only the index with that id (a failed build undoing
+    /// itself must not drop an index created again under its name).
+    pub async fn drop_index(&self, name: &str, id: Option<u32>) -> Result<Arc<TableDef>> {
         let _ddl = self.ddl.lock().await;
         let def = self
             .index_table(name)
+            .filter(|t| id.is_none_or(|id| t.index(name).is_some_and(|i| i.id == id)))
             .ok_or_else(|| CatalogError::UnknownIndex {
                 name: name.to_owned(),
             })?;
@@ -485,11 +488,13 @@ impl Catalog {
         Ok(def)
     }
 
-    /// Marks a built index ready for lookups.
-    pub async fn index_ready(&self, name: &str) -> Result<()> {
+    /// Marks a built index ready for lookups (only the index with this id:
+    /// a name dropped and created again meanwhile is another index).
+    pub async fn index_ready(&self, name: &str, id: u32) -> Result<()> {
         let _ddl = self.ddl.lock().await;
         let def = self
             .index_table(name)
+            .filter(|t| t.index(name).is_some_and(|i| i.id == id))
             .ok_or_else(|| CatalogError::UnknownIndex {
                 name: name.to_owned(),
             })?;

@@ -186,7 +186,11 @@ impl IndexDef {
 fn normalize(ty: SqlType, v: &Value) -> Option<Value> {
     Some(match (ty, v) {
         (SqlType::Float8, Value::Int32(i)) => Value::Double(f64::from(*i)),
-        (SqlType::Float8, Value::Int64(i)) => Value::Double(*i as f64),
+        // An integer a double cannot hold exactly compares (in the filter)
+        // with no double's entry: no lookup for it.
+        (SqlType::Float8, Value::Int64(i)) if i.unsigned_abs() <= 1 << 53 => {
+            Value::Double(*i as f64)
+        }
         (SqlType::Int2 | SqlType::Int4 | SqlType::Int8, Value::Double(d))
             if d.fract() == 0.0 && d.abs() < 9.2e18 =>
         {
@@ -386,6 +390,19 @@ mod tests {
         );
         // 7.5 is no integer: nothing matches.
         assert_eq!(ix.lookup_prefix(&t, &[Value::Double(7.5)]), None);
+        // A double column looked up by an integer: only one a double holds
+        // exactly.
+        let mut by_pace = ix.clone();
+        by_pace.columns = vec!["pace".into()];
+        assert!(
+            by_pace
+                .lookup_prefix(&t, &[Value::Int64(1 << 53)])
+                .is_some()
+        );
+        assert_eq!(
+            by_pace.lookup_prefix(&t, &[Value::Int64((1 << 53) + 1)]),
+            None
+        );
     }
 
     #[test]

@@ -488,7 +488,12 @@ impl Runner<'_> {
             WriteKind::Insert { conflict, .. } => matches!(conflict, OnConflict::Update { .. }),
             WriteKind::Delete { .. } => false,
         };
-        index::rows_per_group(&self.plan.table, changes_values)
+        // The table's indexes as of now (see `index::execute`).
+        let current = self.catalog.table(&self.plan.table.name).ok();
+        index::rows_per_group(
+            current.as_deref().unwrap_or(&self.plan.table),
+            changes_values,
+        )
     }
 
     async fn get(&self, pk: &str, rk: &str) -> Result<Option<Entity>> {
@@ -569,7 +574,8 @@ impl Sink<'_> {
                 Ok(())
             }
             Sink::Txn(t, done) => {
-                t.admit(&r.plan.table, &it.pk, &it.rk)?;
+                let current = r.catalog.table(&r.plan.table.name).ok();
+                t.admit(current.as_ref().unwrap_or(&r.plan.table), &it.pk, &it.rk)?;
                 let read = match &it.read {
                     Read::Blind => None,
                     Read::Known(k) => Some(k.clone()),
@@ -680,19 +686,14 @@ impl Groups {
                         ),
                     }));
                 }
-                Err(Retry::Skip(i)) if attempt < MAX_ATTEMPTS => {
+                // Each skip removes a row, so this ends; it is no conflict
+                // round.
+                Err(Retry::Skip(i)) => {
+                    attempt -= 1;
                     group.remove(i);
                     if group.is_empty() {
                         return Ok(());
                     }
-                }
-                Err(Retry::Skip(_)) => {
-                    return Err(self.failed(PlanError::CommitConflict {
-                        detail: format!(
-                            "Rows of PartitionKey '{}' kept meeting UNIQUE index entries during {} attempts.",
-                            group[0].pk, MAX_ATTEMPTS
-                        ),
-                    }));
                 }
                 Err(Retry::Fail(e)) => return Err(self.failed(e)),
             }

@@ -278,10 +278,7 @@ pub async fn execute(
                     (StoreError::EntityAlreadyExists { .. }, Operation::Insert(_)) => {
                         let (_, base_rk) = base[owner.base].keys();
                         match holder(store, table, pk, entry_rk, base_rk, retry, stats).await? {
-                            Holder::Same => {
-                                settled.insert(entry_rk.to_owned());
-                            }
-                            Holder::Stale(t) => {
+                            Holder::Same(t) | Holder::Stale(t) => {
                                 stale.insert(entry_rk.to_owned(), t);
                             }
                             // Gone in between: try again.
@@ -359,7 +356,9 @@ fn one_per_entry(
                     // The later addition replaces whatever is there.
                     (false, true) => {
                         let w = match op {
-                            Operation::Insert(w) | Operation::InsertOrReplace(w) => w,
+                            Operation::Insert(w)
+                            | Operation::InsertOrReplace(w)
+                            | Operation::Replace { entity: w, .. } => w,
                             other => unreachable!("an entry is added by an insert: {other:?}"),
                         };
                         out[j] = (Operation::InsertOrReplace(w), owner);
@@ -397,8 +396,10 @@ fn too_many(table: &TableDef, rows: usize, ops: usize) -> PlanError {
 enum Holder {
     /// Nobody any more.
     Gone,
-    /// The row being written: nothing to do.
-    Same,
+    /// The row being written: rewritten unchanged (If-Match this ETag) in
+    /// the write's own transaction, so that a write about to replace the
+    /// entry as stale (If-Match its older ETag) fails and looks again.
+    Same(tablegate_store::ETag),
     /// A row that no longer has the value (or no longer exists): the
     /// entry, with this ETag, may be replaced.
     Stale(tablegate_store::ETag),
@@ -425,19 +426,33 @@ async fn holder(
         _ => return Ok(Holder::Stale(entry.etag())),
     };
     if named == base_rk {
-        return Ok(Holder::Same);
+        return Ok(Holder::Same(entry.etag()));
     }
-    let row = with_retry(retry, stats, || store.get(&table.name, pk, &named)).await?;
-    let live = match row {
-        Some(r) => layout::entries(table, &r.properties, &named)?
+    Ok(
+        if still_has(store, table, pk, entry_rk, &named, retry, stats).await? {
+            Holder::Live
+        } else {
+            Holder::Stale(entry.etag())
+        },
+    )
+}
+
+/// Whether row `base_rk` of partition `pk` still calls for entry `entry_rk`.
+async fn still_has(
+    store: &Backend,
+    table: &TableDef,
+    pk: &str,
+    entry_rk: &str,
+    base_rk: &str,
+    retry: &RetryPolicy,
+    stats: &mut RetryStats,
+) -> Result<bool> {
+    let row = with_retry(retry, stats, || store.get(&table.name, pk, base_rk)).await?;
+    Ok(match row {
+        Some(r) => layout::entries(table, &r.properties, base_rk)?
             .iter()
             .any(|x| x.row_key == entry_rk),
         None => false,
-    };
-    Ok(if live {
-        Holder::Live
-    } else {
-        Holder::Stale(entry.etag())
     })
 }
 
@@ -699,7 +714,17 @@ async fn flush(
             let mut done = 0;
             for op in ops.iter() {
                 let mut op = op.clone();
-                for _ in 0..4 {
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    if tries > 8 {
+                        return Err(PlanError::CommitConflict {
+                            detail: format!(
+                                "An entry of index \"{}\" kept changing while the index was built.",
+                                def.name
+                            ),
+                        });
+                    }
                     let one: Arc<[Operation]> = vec![op.clone()].into();
                     match with_retry(retry, &mut stats, || {
                         store.execute(&table.name, one.clone())
@@ -720,16 +745,26 @@ async fn flush(
                                 _ => String::new(),
                             };
                             match holder(store, table, pk, rk, &base_rk, retry, &mut stats).await? {
-                                Holder::Same => break,
                                 Holder::Gone => {}
-                                Holder::Stale(t) => {
+                                Holder::Same(t) | Holder::Stale(t) => {
                                     let Operation::Insert(w) = op else { break };
                                     op = Operation::Replace {
                                         entity: w,
                                         if_match: IfMatch::ETag(t),
                                     };
                                 }
+                                // The row read for the build may have left
+                                // the value since: then its entry is not due.
                                 Holder::Live => {
+                                    // The row read for the build may have
+                                    // left the value since: then its entry
+                                    // is not due.
+                                    if !still_has(store, table, pk, rk, &base_rk, retry, &mut stats)
+                                        .await?
+                                    {
+                                        done += 1;
+                                        break;
+                                    }
                                     return Err(PlanError::UniqueIndexBuild {
                                         index: def.name.clone(),
                                         key: format!("({})=(…)", def.columns.join(", ")),
@@ -836,6 +871,10 @@ pub struct Check {
     pub missing: u64,
     /// Entries no row has (a dropped index's, a row's old value's).
     pub stale: u64,
+    /// Values a UNIQUE index holds for more than one row of a partition
+    /// (found, never repaired: which row keeps the value is the user's
+    /// call).
+    pub duplicates: u64,
     /// Entries written or deleted to repair.
     pub repaired: u64,
     /// The first few problems, described.
@@ -907,6 +946,8 @@ async fn check_partition(
     let mut want: BTreeMap<String, (usize, String)> = BTreeMap::new();
     // Entry RowKey → (ETag, the base RowKey it names).
     let mut stored: BTreeMap<String, (tablegate_store::ETag, Option<String>)> = BTreeMap::new();
+    // Entries of a UNIQUE value several rows share: left as they are.
+    let mut dup: BTreeSet<String> = BTreeSet::new();
     for e in &entities {
         if e.row_key.starts_with(tablegate_catalog::INDEX_ROW_PREFIX) {
             check.entries += 1;
@@ -918,6 +959,17 @@ async fn check_partition(
         } else {
             check.rows += 1;
             for x in layout::entries(table, &e.properties, &e.row_key)? {
+                if let Some((_, other)) = want.get(&x.row_key) {
+                    check.duplicates += 1;
+                    if check.examples.len() < 10 {
+                        check.examples.push(format!(
+                            "duplicate: rows '{other}' and '{}' of PartitionKey '{pk}' share a value of UNIQUE index {}",
+                            e.row_key, table.indexes[x.index].name
+                        ));
+                    }
+                    dup.insert(x.row_key);
+                    continue;
+                }
                 want.insert(x.row_key, (x.index, e.row_key.clone()));
             }
         }
@@ -929,6 +981,9 @@ async fn check_partition(
         }
     };
     for (rk, (index, base)) in &want {
+        if dup.contains(rk) {
+            continue;
+        }
         if stored
             .get(rk)
             .is_none_or(|(_, b)| b.as_deref() != Some(base.as_str()))

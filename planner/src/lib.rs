@@ -546,7 +546,7 @@ impl Planner {
                 }
                 let mut missing = Vec::new();
                 for n in names {
-                    match self.catalog.drop_index(n).await {
+                    match self.catalog.drop_index(n, None).await {
                         Ok(table) => {
                             // Writes that still know the index finish (here
                             // and, over a shared catalog, on other gateways)
@@ -610,7 +610,7 @@ impl Planner {
         let built = match index::backfill(&self.store, &def, at, &retry, &progress).await {
             Ok(written) => self
                 .catalog
-                .index_ready(name)
+                .index_ready(name, def.indexes[at].id)
                 .await
                 .map(|()| written)
                 .map_err(Into::into),
@@ -632,7 +632,12 @@ impl Planner {
             Err(e) => {
                 // Undone: the definition first (so writes stop adding
                 // entries), then what was built.
-                if self.catalog.drop_index(name).await.is_ok() {
+                if self
+                    .catalog
+                    .drop_index(name, Some(def.indexes[at].id))
+                    .await
+                    .is_ok()
+                {
                     self.settle_writes().await;
                     if let Err(d) =
                         index::drop_entries(&self.store, &def.name, &def.indexes[at], &retry).await

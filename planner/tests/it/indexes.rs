@@ -499,6 +499,23 @@ async fn unique_indexes_refuse_a_second_row_per_value_in_a_partition() {
         &on,
     )
     .await;
+    // More refused rows than a statement has conflict rounds: all skipped.
+    let many: Vec<String> = (0..20)
+        .map(|i| format!("('o1', {}, 'a')", 100 + i))
+        .collect();
+    assert_eq!(
+        run(
+            &p,
+            &format!(
+                "INSERT INTO users VALUES {} ON CONFLICT DO NOTHING",
+                many.join(", ")
+            ),
+            None,
+            &on
+        )
+        .await,
+        "INSERT 0"
+    );
     // A UNIQUE entry left naming a row that no longer has the value (a
     // build racing an update leaves one) does not block the value.
     let stale = {
@@ -543,6 +560,38 @@ async fn unique_indexes_refuse_a_second_row_per_value_in_a_partition() {
         &on,
     )
     .await;
+    // Rows written behind the gateway's back that share a UNIQUE value are
+    // reported, and repair leaves them to the user.
+    p.store()
+        .execute(
+            "users",
+            vec![Operation::Insert(
+                EntityWrite::new("o1", "0000000042")
+                    .with("email", tablegate_store::Value::String("a".into())),
+            )]
+            .into(),
+        )
+        .await
+        .unwrap();
+    let t = p.catalog().table("users").unwrap();
+    let retry = tablegate_store::RetryPolicy::default();
+    let c = index::verify(p.store(), &t, true, &retry, &|_| {})
+        .await
+        .unwrap();
+    assert_eq!((c.duplicates, c.missing), (1, 0), "{c:?}");
+    assert!(c.examples[0].contains("duplicate"), "{c:?}");
+    p.store()
+        .execute(
+            "users",
+            vec![Operation::Delete {
+                partition_key: "o1".into(),
+                row_key: "0000000042".into(),
+                if_match: IfMatch::Any,
+            }]
+            .into(),
+        )
+        .await
+        .unwrap();
     // Index entries never show: not in SELECT *, not in count(*).
     assert_eq!(
         run(
