@@ -46,36 +46,6 @@ pub fn rows_per_group(table: &TableDef, changes_values: bool) -> usize {
     (limits::MAX_BATCH_OPERATIONS / ops_per_row(table, changes_values)).max(1)
 }
 
-/// What an entity looks like after `op`, given what it was.
-fn after(op: &Operation, old: Option<&Entity>) -> Option<BTreeMap<String, Value>> {
-    let own = |w: &EntityWrite| -> BTreeMap<String, Value> {
-        w.properties
-            .iter()
-            .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
-            .collect()
-    };
-    match op {
-        Operation::Delete { .. } => None,
-        Operation::Insert(w)
-        | Operation::InsertOrReplace(w)
-        | Operation::Replace { entity: w, .. } => Some(own(w)),
-        Operation::Merge { entity: w, .. } | Operation::InsertOrMerge(w) => {
-            let mut props = old.map(|e| e.properties.clone()).unwrap_or_default();
-            for (k, v) in &w.properties {
-                match v {
-                    Some(v) => {
-                        props.insert(k.clone(), v.clone());
-                    }
-                    None => {
-                        props.remove(k);
-                    }
-                }
-            }
-            Some(props)
-        }
-    }
-}
-
 /// `op` made conditional on `old`, the state its index entries were
 /// computed from.
 fn conditional(op: &Operation, old: Option<&Entity>) -> Operation {
@@ -202,7 +172,7 @@ pub async fn execute(
                 Some(e) => layout::entries(table, &e.properties, rk)?,
                 None => Vec::new(),
             };
-            let state = after(op, old.as_ref());
+            let state = op.properties_after(old.as_ref());
             let after = match &state {
                 Some(p) => layout::entries(table, p, rk)?,
                 None => Vec::new(),

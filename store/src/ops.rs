@@ -231,6 +231,22 @@ impl Operation {
         }
     }
 
+    /// The properties the operation leaves at its key given the current
+    /// entity, without checking existence, If-Match or limits (`None`
+    /// after a Delete): what a caller keeping derived data (index
+    /// entries) needs to know before sending it.
+    pub fn properties_after(&self, current: Option<&Entity>) -> Option<BTreeMap<String, Value>> {
+        match self {
+            Operation::Delete { .. } => None,
+            Operation::Insert(e)
+            | Operation::InsertOrReplace(e)
+            | Operation::Replace { entity: e, .. } => Some(non_null(e)),
+            Operation::Merge { entity: e, .. } | Operation::InsertOrMerge(e) => {
+                Some(merged(current.cloned(), e))
+            }
+        }
+    }
+
     /// Applies the operation to the current entity (if any; taken, as a
     /// merge keeps its properties). Checks existence, If-Match and the
     /// limits of the resulting entity.
