@@ -26,6 +26,24 @@ pub const CREATE_TABLE: &str = "CREATE TABLE registrations (
     registered TIMESTAMPTZ,
     PRIMARY KEY (race, runner))";
 
+/// The second table's name.
+pub const RUNNERS: &str = "entrants";
+
+/// The second table: one row per runner, keyed by race and bib, and
+/// [`CREATE_RUNNERS_INDEX`] in place of the hand-written `AGE:` rows.
+pub const CREATE_RUNNERS: &str = "CREATE TABLE entrants (
+    race TEXT,            -- PartitionKey: event and distance
+    bib INTEGER,          -- RowKey
+    name TEXT,
+    gender TEXT,
+    age INTEGER,
+    registered TIMESTAMPTZ,
+    PRIMARY KEY (race, bib))";
+
+/// The index the gateway maintains for `entrants`: the seeds' `AGE:` rows,
+/// written in the same entity-group transaction as each runner.
+pub const CREATE_RUNNERS_INDEX: &str = "CREATE INDEX entrants_age ON entrants (age)";
+
 /// One example query per access class, as a person would type them.
 pub fn example_queries() -> Vec<(&'static str, String)> {
     let nyc = race::partition_key("2026 New York City Marathon", "Full");
@@ -49,6 +67,10 @@ pub fn example_queries() -> Vec<(&'static str, String)> {
             "SELECT race, name, age FROM registrations WHERE name = 'Grace' AND age >= 75".to_owned(),
         ),
         (
+            "row-range through the index entrants_age (SET tablegate.use_indexes = off to compare)",
+            format!("SELECT bib, name, age FROM entrants WHERE race = '{nyc}' AND age BETWEEN 30 AND 34"),
+        ),
+        (
             "analytics (DataFusion over a row-range scan)",
             format!("SELECT gender, count(*), round(avg(age), 1) AS avg_age FROM registrations WHERE race = '{nyc}' AND runner LIKE 'BIB:%' GROUP BY gender ORDER BY gender"),
         ),
@@ -63,6 +85,17 @@ fn err(e: impl std::fmt::Display) -> String {
 /// closes), one entity-group transaction per runner as in the seeds.
 async fn load(dir: &Path, runners: u32) -> Result<(), String> {
     let started = Instant::now();
+    eprintln!("loading the demo data into {} ...", dir.display());
+    let store = loading_store(dir)?;
+    let planner = Planner::open(store.clone()).await.map_err(err)?;
+    load_registrations(&planner, &store, runners).await?;
+    load_runners(&planner, runners).await?;
+    eprintln!("loaded in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+/// Set-up's store: buffered durability, no throttling.
+fn loading_store(dir: &Path) -> Result<PartitionedStore, String> {
     let local = LocalStore::open(
         dir,
         StoreOptions {
@@ -71,7 +104,7 @@ async fn load(dir: &Path, runners: u32) -> Result<(), String> {
         },
     )
     .map_err(err)?;
-    let store = PartitionedStore::new(
+    PartitionedStore::new(
         local,
         PartitionConfig {
             // Loading is set-up: no throttling, and the initial range layout
@@ -81,8 +114,15 @@ async fn load(dir: &Path, runners: u32) -> Result<(), String> {
             ..Default::default()
         },
     )
-    .map_err(err)?;
-    let planner = Planner::open(store.clone()).await.map_err(err)?;
+    .map_err(err)
+}
+
+/// The seeds' `registrations`: each runner a `BIB:` and an `AGE:` row.
+async fn load_registrations(
+    planner: &Planner,
+    store: &PartitionedStore,
+    runners: u32,
+) -> Result<(), String> {
     let stmt = &Planner::parse(CREATE_TABLE).map_err(err)?[0];
     let plan = planner.plan(stmt, CREATE_TABLE).map_err(err)?;
     planner.run_ddl(&plan).await.map_err(err)?;
@@ -98,9 +138,8 @@ async fn load(dir: &Path, runners: u32) -> Result<(), String> {
     let pks = race::partition_keys();
     let total = pks.len() as u64 * u64::from(runners) * 2;
     eprintln!(
-        "loading {total} entities ({} partitions × {runners} runners × 2 rows) into {} ...",
+        "loading {total} entities ({} partitions × {runners} runners × 2 rows) into {TABLE} ...",
         pks.len(),
-        dir.display()
     );
     let store2 = store.clone();
     tokio::task::spawn_blocking(move || {
@@ -129,8 +168,50 @@ async fn load(dir: &Path, runners: u32) -> Result<(), String> {
     .await
     .map_err(err)?
     .map_err(err)?;
-    eprintln!("loaded in {:.1?}", started.elapsed());
     Ok(())
+}
+
+/// Runs one statement of the set-up through the planner: DDL or a write.
+async fn run_sql(planner: &Planner, sql: &str) -> Result<(), String> {
+    let stmt = &Planner::parse(sql).map_err(err)?[0];
+    match planner.plan(stmt, sql).map_err(err)? {
+        Plan::Write(w) => planner
+            .write(&w, &[], None, &ExecOptions::default())
+            .await
+            .map(drop)
+            .map_err(err),
+        plan => planner.run_ddl(&plan).await.map(drop).map_err(err),
+    }
+}
+
+/// The `entrants` table: one row per runner through the gateway's write
+/// path, then `CREATE INDEX` builds the age index over them.
+async fn load_runners(planner: &Planner, runners: u32) -> Result<(), String> {
+    run_sql(planner, CREATE_RUNNERS).await?;
+    let pks = race::partition_keys();
+    eprintln!(
+        "loading {} runners into entrants, then {CREATE_RUNNERS_INDEX} ...",
+        pks.len() as u64 * u64::from(runners)
+    );
+    for pk in &pks {
+        let rows: Vec<String> = (0..runners)
+            .map(|i| {
+                let r = race::runner(pk, i);
+                format!(
+                    "('{pk}', {}, '{}', '{}', {}, '{}')",
+                    r.bib, r.name, r.gender, r.age, r.registered
+                )
+            })
+            .collect();
+        for chunk in rows.chunks(500) {
+            run_sql(
+                planner,
+                &format!("INSERT INTO entrants VALUES {}", chunk.join(", ")),
+            )
+            .await?;
+        }
+    }
+    run_sql(planner, CREATE_RUNNERS_INDEX).await
 }
 
 /// Opens the demo data directory, loading it on first use.
@@ -139,6 +220,14 @@ pub async fn open(dir: &Path, runners: u32) -> Result<Planner, String> {
     if !marker.exists() {
         load(dir, runners).await?;
         std::fs::write(&marker, format!("{runners}\n")).map_err(err)?;
+    } else {
+        // A demo directory from before `entrants` existed gets it now.
+        let store = loading_store(dir)?;
+        let planner = Planner::open(store).await.map_err(err)?;
+        if planner.catalog().table(RUNNERS).is_err() {
+            let loaded = std::fs::read_to_string(&marker).map_err(err)?;
+            load_runners(&planner, loaded.trim().parse().unwrap_or(runners)).await?;
+        }
     }
     let local = LocalStore::open(dir, StoreOptions::default()).map_err(err)?;
     let store = PartitionedStore::new(local, PartitionConfig::default()).map_err(err)?;

@@ -86,8 +86,8 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         if let Ok(est) = explain::estimate(f.planner.store(), &bound, 1000) {
-            let _ = explain::render_text(&bound, &est, None);
-            let _ = explain::render_json(&bound, &est, None);
+            let _ = explain::render_text(&bound, &est, None, explain::IndexUse::On);
+            let _ = explain::render_json(&bound, &est, None, explain::IndexUse::On);
             let _ = explain::advice(&bound, &est);
         }
         let query = exec::store_query(&bound);

@@ -318,13 +318,9 @@ impl Task {
     /// Replaces whole-partition spans by the base entities an index lookup
     /// names (see [`crate::index`]), when the query allows one.
     async fn use_index(&mut self) -> Result<()> {
-        // A transaction's staged rows have no entries until COMMIT.
-        let staged = self
-            .opts
-            .overlay
-            .as_ref()
-            .is_some_and(|o| o.table.eq_ignore_ascii_case(&self.b.plan.table.name));
-        if !self.opts.use_indexes || staged {
+        if crate::explain::IndexUse::of(&self.opts, &self.b.plan.table.name)
+            != crate::explain::IndexUse::On
+        {
             return Ok(());
         }
         let Some(p) = index::choose(&self.b.plan.table, &self.b.access) else {

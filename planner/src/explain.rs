@@ -234,10 +234,61 @@ pub fn index_lookup(b: &BoundSelect, est: &Estimate) -> Option<(String, Estimate
     ))
 }
 
-fn index_lines(b: &BoundSelect, est: &Estimate) -> Vec<String> {
+/// Whether a run looks rows up through an index EXPLAIN finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexUse {
+    /// It does.
+    On,
+    /// It does not, and EXPLAIN says why.
+    Off(&'static str),
+    /// Indexes do not apply (a what-if plan under other keys).
+    Ignored,
+}
+
+impl IndexUse {
+    /// What a run with these options does.
+    pub fn of(opts: &crate::ExecOptions, table: &str) -> IndexUse {
+        // A transaction's staged rows have no entries until COMMIT.
+        let staged = opts
+            .overlay
+            .as_ref()
+            .is_some_and(|o| o.table.eq_ignore_ascii_case(table));
+        if !opts.use_indexes {
+            IndexUse::Off("tablegate.use_indexes is off")
+        } else if staged {
+            IndexUse::Off(
+                "this transaction has staged writes to the table, which have no index entries until COMMIT",
+            )
+        } else {
+            IndexUse::On
+        }
+    }
+}
+
+fn index_lines(b: &BoundSelect, est: &Estimate, indexes: IndexUse) -> Vec<String> {
     let Some((name, with)) = index_lookup(b, est) else {
         return Vec::new();
     };
+    if let IndexUse::Off(why) = indexes {
+        let mut l = vec![format!(
+            "  Index Lookup: not used ({why}); {name} could serve this query"
+        )];
+        if !est.unknown {
+            l.push(format!(
+                "  With the index: index entries {}, store requests {}, minimum time {}; without it (this plan): entities scanned {}, store requests {}, minimum time {}",
+                with.returned,
+                with.requests,
+                fmt_duration(with.min_time),
+                est.scanned,
+                est.requests,
+                fmt_duration(est.min_time)
+            ));
+        }
+        return l;
+    }
+    if indexes == IndexUse::Ignored {
+        return Vec::new();
+    }
     let ix = b.plan.table.index(&name).expect("chosen from the table");
     let p = crate::index::choose(&b.plan.table, &b.access).expect("chosen above");
     let used: Vec<String> = ix
@@ -389,7 +440,12 @@ fn fmt_duration(d: Duration) -> String {
 }
 
 /// EXPLAIN in text form, one line per row of the result.
-pub fn render_text(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) -> Vec<String> {
+pub fn render_text(
+    b: &BoundSelect,
+    est: &Estimate,
+    actual: Option<&Actuals>,
+    indexes: IndexUse,
+) -> Vec<String> {
     let a = &b.access;
     let mut l = Vec::new();
     l.push(format!("Store Scan on {}", b.plan.table.name));
@@ -421,7 +477,7 @@ pub fn render_text(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
             ));
         }
     }
-    l.extend(index_lines(b, est));
+    l.extend(index_lines(b, est, indexes));
     let cols: Vec<&str> = b.plan.columns.iter().map(|c| c.name.as_str()).collect();
     l.push(format!("  Projection: {}", cols.join(", ")));
     if let Some(n) = b.limit {
@@ -536,7 +592,12 @@ fn stored_pk_spans(spans: &[tablegate_store::KeyBox]) -> serde_json::Value {
 }
 
 /// EXPLAIN (FORMAT JSON): the same facts as a JSON document.
-pub fn render_json(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) -> serde_json::Value {
+pub fn render_json(
+    b: &BoundSelect,
+    est: &Estimate,
+    actual: Option<&Actuals>,
+    indexes: IndexUse,
+) -> serde_json::Value {
     let a = &b.access;
     let mut v = json!({
         "Node Type": "Store Scan",
@@ -561,8 +622,10 @@ pub fn render_json(b: &BoundSelect, est: &Estimate, actual: Option<&Actuals>) ->
         "Estimated Pages": est.pages,
         "Minimum Seconds At Targets": (est.min_time.as_secs_f64() * 1e6).round() / 1e6,
         "Advice": advice(b, est),
-        "Index Lookup": index_lookup(b, est).map(|(name, with)| json!({
+        "Index Lookup": index_lookup(b, est).filter(|_| indexes != IndexUse::Ignored).map(|(name, with)| json!({
             "Index Name": name,
+            "Used": indexes == IndexUse::On,
+            "Not Used Because": match indexes { IndexUse::Off(why) => Some(why), _ => None },
             "Estimated Index Entries": with.returned,
             "Estimated Store Requests": with.requests,
             "Minimum Seconds At Targets": (with.min_time.as_secs_f64() * 1e6).round() / 1e6,

@@ -749,7 +749,7 @@ impl Planner {
         .await
         .map_err(|e| PlanError::Store(tablegate_store::StoreError::Engine(e.to_string())))?;
         Ok(if e.json {
-            let mut doc = explain::render_json(&bound, &est, None);
+            let mut doc = explain::render_json(&bound, &est, None, explain::IndexUse::Ignored);
             let (partitions, largest) = model.partitions();
             let what_if = serde_json::json!({
                 "Partition Key": model.def.partition_key,
@@ -768,7 +768,12 @@ impl Planner {
             vec![serde_json::to_string_pretty(&doc).unwrap_or_default()]
         } else {
             let mut lines = model.describe();
-            lines.extend(explain::render_text(&bound, &est, None));
+            lines.extend(explain::render_text(
+                &bound,
+                &est,
+                None,
+                explain::IndexUse::Ignored,
+            ));
             lines
         })
     }
@@ -801,8 +806,9 @@ impl Planner {
         } else {
             None
         };
+        let indexes = explain::IndexUse::of(opts, &select.table.name);
         Ok(if json {
-            let scan = explain::render_json(&bound, &est, actual.as_ref());
+            let scan = explain::render_json(&bound, &est, actual.as_ref(), indexes);
             let doc = match write {
                 None => scan,
                 Some(op) => serde_json::json!({
@@ -815,7 +821,7 @@ impl Planner {
             };
             vec![serde_json::to_string_pretty(&doc).unwrap_or_default()]
         } else {
-            let lines = explain::render_text(&bound, &est, actual.as_ref());
+            let lines = explain::render_text(&bound, &est, actual.as_ref(), indexes);
             match write {
                 None => lines,
                 Some(op) => {

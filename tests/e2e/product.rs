@@ -65,6 +65,52 @@ fn demo_prints_five_queries_that_run_and_show_the_four_classes() {
             .map(|s| s.to_string())
             .collect();
     assert_eq!(classes, want);
+    // The second table: the same question answered through its index
+    // (EXPLAIN ANALYZE says so) and without it, with the same rows, which
+    // are the runners of that age the registrations' AGE: rows list.
+    let indexed: Vec<&String> = printed
+        .iter()
+        .filter(|l| l.contains("FROM entrants") && l.trim_end().ends_with(';'))
+        .collect();
+    assert_eq!(indexed.len(), 1, "{printed:?}");
+    let q = indexed[0].trim();
+    let (out, err, ok) = psql(&s, &[&format!("EXPLAIN ANALYZE {q}")]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("Actual: rows found through index entrants_age"),
+        "{out}"
+    );
+    let sorted = format!("{} ORDER BY bib", q.trim_end_matches(';'));
+    let (with, err, ok) = psql(&s, &[&sorted]);
+    assert!(ok && with.contains(" rows)"), "{err}{with}");
+    let (without, err, ok) = psql(&s, &["SET tablegate.use_indexes = off", &sorted]);
+    assert!(ok, "{err}");
+    assert!(
+        without.ends_with(&with) || without.contains(with.trim()),
+        "{with}\n{without}"
+    );
+    let (dual, err, ok) = psql(
+        &s,
+        &[
+            "SELECT count(*) FROM registrations WHERE race = '2026 New York City Marathon__Full' AND runner >= 'AGE:030' AND runner < 'AGE:035'",
+        ],
+    );
+    assert!(ok, "{err}");
+    let rows = with
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix('(')?
+                .strip_suffix(" rows)")?
+                .parse::<u64>()
+                .ok()
+        })
+        .expect("a row count");
+    assert!(
+        dual.contains(&format!(" {rows}\n")),
+        "{rows} rows vs {dual}"
+    );
 }
 
 #[test]

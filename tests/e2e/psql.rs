@@ -1,6 +1,8 @@
 //! With the real `psql`.
 
-use super::server::{TestServer, psql};
+use std::process::Command;
+
+use super::server::{TestServer, psql, psql_command};
 
 const NYC: &str = "2026 New York City Marathon__Full";
 
@@ -176,6 +178,79 @@ fn psql_queries_explain_and_errors() {
     assert!(s.terminate(), "graceful shutdown on SIGTERM");
 }
 
+/// `\\di`, `\\d`'s "Indexes:", `pg_indexes`, `pg_index` and
+/// `pg_get_indexdef` against PostgreSQL 15 on the same table and indexes.
+/// The only difference: the primary key is the store's clustered index
+/// (rows are kept in its order), which psql marks CLUSTER.
+#[test]
+fn psql_shows_indexes_as_postgresql_does() {
+    let pg = super::pgref::PgRef::start();
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let commands = [
+        "CREATE TABLE ix_notes (pk text, rk text, body text, n bigint, PRIMARY KEY (pk, rk))",
+        "CREATE INDEX ix_notes_body ON ix_notes (body, n)",
+        "CREATE UNIQUE INDEX ix_notes_n ON ix_notes (n)",
+        "SELECT indexname, tablename, indexdef FROM pg_indexes WHERE tablename = 'ix_notes' ORDER BY indexname",
+        "SELECT c.relname, c.relkind, i.indnatts, i.indisunique, i.indisprimary, i.indisvalid, \
+         pg_get_indexdef(i.indexrelid), pg_get_indexdef(i.indexrelid, 2, true) \
+         FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid \
+         WHERE t.relname = 'ix_notes' ORDER BY c.relname",
+        "SELECT t.relname, t.relhasindex FROM pg_class t WHERE t.relname = 'ix_notes'",
+        "\\d ix_notes",
+        "\\di ix_notes*",
+    ];
+    let run = |mut cmd: Command| {
+        cmd.args(["-X", "-v", "ON_ERROR_STOP=1"]);
+        for c in commands {
+            cmd.args(["-c", c]);
+        }
+        let out = cmd.output().expect("psql is installed");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let mut cmd = Command::new("psql");
+    cmd.arg(pg.conn_str());
+    let want = run(cmd);
+    let got = run(psql_command(&s));
+    // Sections that do not depend on column storage or owner names.
+    let section = |out: &str, from: &str, to: &str| -> String {
+        let start = out.find(from).unwrap_or_else(|| panic!("{from} in {out}"));
+        let rest = &out[start..];
+        rest[..rest.find(to).unwrap_or(rest.len())].to_owned()
+    };
+    for (from, to) in [
+        (" indexname ", "(3 rows)"),
+        ("   relname   ", "(3 rows)"),
+        (" relname  | relhasindex", "(1 row)"),
+    ] {
+        assert_eq!(section(&got, from, to), section(&want, from, to), "{got}");
+    }
+    let indexes = |out: &str| section(out, "Indexes:", "\n\n").replace(" CLUSTER", "");
+    assert_eq!(indexes(&got), indexes(&want), "{got}");
+    assert!(
+        got.contains("\"ix_notes_pkey\" PRIMARY KEY, btree (pk, rk) CLUSTER"),
+        "{got}"
+    );
+    // \di: name, type and table of each index (owners differ).
+    let listed = |out: &str| -> Vec<String> {
+        section(out, "List of relations", "(3 rows)")
+            .lines()
+            .filter(|l| l.contains("| index"))
+            .map(|l| {
+                let f: Vec<&str> = l.split('|').map(str::trim).collect();
+                format!("{} {} {}", f[1], f[2], f[4])
+            })
+            .collect()
+    };
+    assert_eq!(listed(&got), listed(&want), "{got}");
+    assert_eq!(listed(&got).len(), 3, "{got}");
+}
+
 #[test]
 fn psql_describes_tables_databases_and_schemas() {
     let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
@@ -210,7 +285,8 @@ fn psql_describes_tables_databases_and_schemas() {
     for (command, heading) in [
         ("\\d+ notes", "Table \"public.notes\""),
         ("\\dt+", "List of relations"),
-        ("\\di", "Did not find any relations."),
+        ("\\di", "List of relations"),
+        ("\\di+", "List of relations"),
         ("\\dv+", "List of relations"),
         ("\\df", "List of functions"),
         ("\\dT", "List of data types"),

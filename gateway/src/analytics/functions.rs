@@ -76,12 +76,6 @@ pub fn register(ctx: &SessionContext, user: &str, session: Arc<Mutex<Settings>>)
         &[0],
         ScalarValue::Utf8(Some("UTF8".into())),
     )));
-    // No indexes of PostgreSQL's kind have a definition to show.
-    ctx.register_udf(ScalarUDF::from(Constant::new(
-        "pg_get_indexdef",
-        &[1, 3],
-        ScalarValue::Utf8(None),
-    )));
     ctx.register_udf(ScalarUDF::from(Constant::new(
         "pg_tablespace_location",
         &[1],

@@ -31,6 +31,7 @@ pub mod info_schema;
 pub mod literals;
 pub mod overflow;
 pub mod pg_fix;
+mod pg_indexes;
 pub mod provider;
 mod sizes;
 pub mod system;
@@ -357,6 +358,7 @@ impl Engine {
         }
         let session = Arc::new(Mutex::new(crate::settings::Settings::default()));
         functions::register(&ctx, user, session.clone());
+        pg_indexes::register(&ctx, planner_for_fix.clone(), oids.clone());
         sizes::register(&ctx, planner_for_fix.clone(), oids, DATABASE);
         ctx.add_analyzer_rule(Arc::new(literals::TimestampLiterals));
         ctx.add_analyzer_rule(Arc::new(overflow::CheckedConstants));

@@ -6,10 +6,11 @@
 //! out a `pg_attribute` whose uuid columns say uuid (OID 2950, length 16),
 //! a `pg_constraint` with each table's primary key (the crate's is
 //! empty), which SQLAlchemy's and JDBC's primary-key reflection read, and
-//! a `pg_index` whose `int2vector` columns are arrays, as SQLAlchemy's
-//! index reflection unnests them (the crate keeps them as text; so is
+//! a `pg_index` whose `indkey` is an array, as SQLAlchemy's index
+//! reflection unnests it (the crate keeps `int2vector`s as text; so is
 //! `pg_statistic_ext.stxkind`, which psql's `\dX` searches), and the
-//! empty `pg_user_mappings` the crate lacks.
+//! empty `pg_user_mappings` the crate lacks. Indexes (in `pg_class`,
+//! `pg_index` and `pg_indexes`) are [`super::pg_indexes`]'s.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +25,8 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use tablegate_catalog::SqlType;
 use tablegate_planner::Planner;
+
+use super::pg_indexes;
 
 /// PostgreSQL's uuid type.
 const UUID_OID: i32 = 2950;
@@ -51,14 +54,25 @@ impl PgCatalogFix {
             .await?
             .ok_or_else(|| DataFusionError::Internal(format!("pg_catalog has no {name}")))
     }
+
+    /// The crate's table, uncorrected (its `pg_class` has the tables
+    /// only, not the index rows [`pg_indexes::Classes`] adds).
+    async fn crate_table(&self, name: &str) -> Result<Arc<dyn TableProvider>> {
+        self.inner
+            .table(name)
+            .await?
+            .ok_or_else(|| DataFusionError::Internal(format!("pg_catalog has no {name}")))
+    }
 }
 
 #[async_trait]
 impl SchemaProvider for PgCatalogFix {
     fn table_names(&self) -> Vec<String> {
         let mut names = self.inner.table_names();
-        if !names.iter().any(|n| n == "pg_user_mappings") {
-            names.push("pg_user_mappings".into());
+        for extra in ["pg_user_mappings", "pg_indexes"] {
+            if !names.iter().any(|n| n == extra) {
+                names.push(extra.into());
+            }
         }
         names
     }
@@ -81,14 +95,29 @@ impl SchemaProvider for PgCatalogFix {
                     &constraints.schema(),
                     &[("conkey", DataType::Int16), ("confkey", DataType::Int16)],
                 ),
-                classes: self.table_required("pg_class").await?,
+                classes: self.crate_table("pg_class").await?,
                 attributes: self.table_required("pg_attribute").await?,
                 planner: self.planner.clone(),
             })))),
-            ("pg_index", Some(indexes)) => Ok(Some(Arc::new(Catalog(ArrayColumns::new(
-                indexes,
-                vec![("indkey", DataType::Int16), ("indoption", DataType::Int16)],
-            ))))),
+            ("pg_class", Some(classes)) => Ok(Some(Arc::new(Catalog(pg_indexes::Classes {
+                inner: classes,
+                planner: self.planner.clone(),
+            })))),
+            // indoption stays text: SQLAlchemy splits it as int2vector's
+            // text form; indkey it unnests.
+            ("pg_index", Some(indexes)) => Ok(Some(Arc::new(Catalog(pg_indexes::Index {
+                inner: Arc::new(Catalog(ArrayColumns::new(
+                    indexes,
+                    vec![("indkey", DataType::Int16)],
+                ))),
+                classes: self.crate_table("pg_class").await?,
+                attributes: self.table_required("pg_attribute").await?,
+                planner: self.planner.clone(),
+            })))),
+            ("pg_indexes", None) => Ok(Some(Arc::new(Catalog(pg_indexes::IndexesView {
+                classes: self.crate_table("pg_class").await?,
+                planner: self.planner.clone(),
+            })))),
             ("pg_statistic_ext", Some(statistics)) => Ok(Some(Arc::new(Catalog(
                 ArrayColumns::new(statistics, vec![("stxkind", DataType::Utf8)]),
             )))),
@@ -101,7 +130,7 @@ impl SchemaProvider for PgCatalogFix {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        name == "pg_user_mappings" || self.inner.table_exist(name)
+        name == "pg_user_mappings" || name == "pg_indexes" || self.inner.table_exist(name)
     }
 }
 
@@ -220,7 +249,7 @@ fn list_of(item: &DataType) -> DataType {
 
 /// A catalog table whose array columns the crate keeps as text
 /// (`int2vector`'s `"1 3"`, `char[]`'s `"{d,f}"`) read as arrays:
-/// `pg_index`'s `indkey` and `indoption`, `pg_statistic_ext`'s `stxkind`.
+/// `pg_index`'s `indkey`, `pg_statistic_ext`'s `stxkind`.
 #[derive(Debug)]
 struct ArrayColumns {
     inner: Arc<dyn TableProvider>,
@@ -277,13 +306,19 @@ impl ArrayColumns {
 }
 
 /// Reads every row of a catalog table.
-async fn all_rows(t: &Arc<dyn TableProvider>, state: &dyn Session) -> Result<Vec<RecordBatch>> {
+pub(super) async fn all_rows(
+    t: &Arc<dyn TableProvider>,
+    state: &dyn Session,
+) -> Result<Vec<RecordBatch>> {
     let plan: Arc<dyn ExecutionPlan> = t.scan(state, None, &[], None).await?;
     collect(plan, state.task_ctx()).await
 }
 
 /// A batch's columns by name, or `None` when one is missing.
-fn named<'a, const N: usize>(b: &'a RecordBatch, names: [&str; N]) -> Option<[&'a ArrayRef; N]> {
+pub(super) fn named<'a, const N: usize>(
+    b: &'a RecordBatch,
+    names: [&str; N],
+) -> Option<[&'a ArrayRef; N]> {
     let columns: Vec<&ArrayRef> = names
         .iter()
         .map(|n| b.column_by_name(n))
@@ -320,6 +355,28 @@ async fn classes(classes: &Arc<dyn TableProvider>, state: &dyn Session) -> Resul
     Ok(out)
 }
 
+/// Each column's number in `pg_attribute`, by table oid and name.
+pub(super) async fn attribute_numbers(
+    attributes: &Arc<dyn TableProvider>,
+    state: &dyn Session,
+) -> Result<HashMap<(i32, String), i16>> {
+    let mut attnums = HashMap::new();
+    for b in all_rows(attributes, state).await? {
+        let Some([rel, name, num]) = named(&b, ["attrelid", "attname", "attnum"]) else {
+            continue;
+        };
+        let (rel, name, num) = (
+            rel.as_primitive::<Int32Type>(),
+            name.as_string::<i32>(),
+            num.as_primitive::<Int16Type>(),
+        );
+        for i in 0..b.num_rows() {
+            attnums.insert((rel.value(i), name.value(i).to_owned()), num.value(i));
+        }
+    }
+    Ok(attnums)
+}
+
 /// `pg_constraint`: one `p` row per table with a declared primary key,
 /// `<table>_pkey` as PostgreSQL names it, its `conkey` the key columns'
 /// numbers in `pg_attribute`.
@@ -349,20 +406,7 @@ impl Constraints {
             .into_iter()
             .map(|c| (c.name, (c.oid, c.namespace)))
             .collect();
-        let mut attnums: HashMap<(i32, String), i16> = HashMap::new();
-        for b in all_rows(&self.attributes, state).await? {
-            let Some([rel, name, num]) = named(&b, ["attrelid", "attname", "attnum"]) else {
-                continue;
-            };
-            let (rel, name, num) = (
-                rel.as_primitive::<Int32Type>(),
-                name.as_string::<i32>(),
-                num.as_primitive::<Int16Type>(),
-            );
-            for i in 0..b.num_rows() {
-                attnums.insert((rel.value(i), name.value(i).to_owned()), num.value(i));
-            }
-        }
+        let attnums = attribute_numbers(&self.attributes, state).await?;
         let mut keys = Vec::new();
         for t in self.planner.catalog().tables() {
             let Some(&(rel, namespace)) = tables.get(&t.name) else {
@@ -409,7 +453,9 @@ impl Constraints {
                         "condeferrable" | "condeferred" => S::Boolean(Some(false)),
                         "convalidated" | "conislocal" | "connoinherit" => S::Boolean(Some(true)),
                         "conrelid" => S::Int32(Some(k.rel)),
-                        "contypid" | "conindid" | "conparentid" | "confrelid" | "coninhcount" => {
+                        // The primary key's index (`<table>_pkey`).
+                        "conindid" => S::Int32(super::pg_indexes::index_oid(k.rel, 0)),
+                        "contypid" | "conparentid" | "confrelid" | "coninhcount" => {
                             S::Int32(Some(0))
                         }
                         "conkey" => S::List(S::new_list_nullable(
@@ -479,7 +525,7 @@ impl Computed for Constraints {
 
 /// A catalog table whose rows are computed when it is scanned.
 #[async_trait]
-trait Computed: std::fmt::Debug + Send + Sync + 'static {
+pub(super) trait Computed: std::fmt::Debug + Send + Sync + 'static {
     fn schema(&self) -> SchemaRef;
     async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>>;
 }

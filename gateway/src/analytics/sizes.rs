@@ -6,9 +6,10 @@
 //!
 //! A relation is named by oid (`c.oid` from `pg_class`, numbered per
 //! session) or by text (`'orders'`, `'public."Orders"'`, as a `regclass`
-//! cast reads it). Tables keep no secondary indexes yet and their primary
-//! key is the clustered key itself, so the index size is 0 and a table's
-//! total size is its table size. Views (the `pg_catalog`,
+//! cast reads it). A table's primary key is the clustered key itself and
+//! its index entries are entities among its rows (the store counts them
+//! in the table's bytes), so the index size is 0 and a table's total size
+//! is its table size. Views (the `pg_catalog`,
 //! `information_schema` and `tablegate` relations) take no storage: 0.
 //! NULL where the backend keeps no byte count (Azure).
 
@@ -38,7 +39,7 @@ enum Measure {
     /// The table's entities (`pg_relation_size`, `pg_table_size`,
     /// `pg_total_relation_size`).
     Table,
-    /// Secondary indexes: none yet.
+    /// Indexes apart from the table: none (entries live among its rows).
     Indexes,
     /// Every table of the database (`pg_database_size`).
     Database,

@@ -188,6 +188,10 @@ pub const PG_CATALOG_TABLES: &[&str] = &[
     PG_CATALOG_VIEW_PG_MATVIEWS,
     PG_CATALOG_VIEW_PG_STAT_USER_TABLES,
     PG_CATALOG_VIEW_PG_REPLICATION_SLOTS,
+    // tablegate: views its pg_catalog wrapper answers, qualified like the
+    // rest when a query names them bare.
+    "pg_indexes",
+    "pg_user_mappings",
 ];
 
 #[derive(Debug, Hash, Eq, PartialEq, PartialOrd, Ord)]
