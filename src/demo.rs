@@ -40,6 +40,9 @@ pub const CREATE_RUNNERS: &str = "CREATE TABLE entrants (
     registered TIMESTAMPTZ,
     PRIMARY KEY (race, bib))";
 
+/// The name of [`CREATE_RUNNERS_INDEX`]'s index.
+pub const RUNNERS_INDEX: &str = "entrants_age";
+
 /// The index the gateway maintains for `entrants`: the seeds' `AGE:` rows,
 /// written in the same entity-group transaction as each runner.
 pub const CREATE_RUNNERS_INDEX: &str = "CREATE INDEX entrants_age ON entrants (age)";
@@ -184,10 +187,23 @@ async fn run_sql(planner: &Planner, sql: &str) -> Result<(), String> {
     }
 }
 
+/// True when `entrants` and its built index are there.
+fn runners_loaded(planner: &Planner) -> bool {
+    planner
+        .catalog()
+        .table(RUNNERS)
+        .is_ok_and(|t| t.index(RUNNERS_INDEX).is_some_and(|ix| !ix.building))
+}
+
 /// The `entrants` table: one row per runner through the gateway's write
-/// path, then `CREATE INDEX` builds the age index over them.
+/// path, then `CREATE INDEX` builds the age index over them. Finishes
+/// what an interrupted run left (each step skips what is there).
 async fn load_runners(planner: &Planner, runners: u32) -> Result<(), String> {
-    run_sql(planner, CREATE_RUNNERS).await?;
+    run_sql(
+        planner,
+        &CREATE_RUNNERS.replacen("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1),
+    )
+    .await?;
     let pks = race::partition_keys();
     eprintln!(
         "loading {} runners into entrants, then {CREATE_RUNNERS_INDEX} ...",
@@ -206,11 +222,16 @@ async fn load_runners(planner: &Planner, runners: u32) -> Result<(), String> {
         for chunk in rows.chunks(500) {
             run_sql(
                 planner,
-                &format!("INSERT INTO entrants VALUES {}", chunk.join(", ")),
+                &format!(
+                    "INSERT INTO entrants VALUES {} ON CONFLICT DO NOTHING",
+                    chunk.join(", ")
+                ),
             )
             .await?;
         }
     }
+    // A build cut short leaves the index building: built again.
+    run_sql(planner, &format!("DROP INDEX IF EXISTS {RUNNERS_INDEX}")).await?;
     run_sql(planner, CREATE_RUNNERS_INDEX).await
 }
 
@@ -221,10 +242,11 @@ pub async fn open(dir: &Path, runners: u32) -> Result<Planner, String> {
         load(dir, runners).await?;
         std::fs::write(&marker, format!("{runners}\n")).map_err(err)?;
     } else {
-        // A demo directory from before `entrants` existed gets it now.
+        // A demo directory from before `entrants` existed gets it now
+        // (and one whose loading of it was interrupted, the rest of it).
         let store = loading_store(dir)?;
         let planner = Planner::open(store).await.map_err(err)?;
-        if planner.catalog().table(RUNNERS).is_err() {
+        if !runners_loaded(&planner) {
             let loaded = std::fs::read_to_string(&marker).map_err(err)?;
             load_runners(&planner, loaded.trim().parse().unwrap_or(runners)).await?;
         }

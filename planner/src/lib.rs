@@ -241,7 +241,37 @@ pub struct Planner {
     catalog: Arc<Catalog>,
     store: Backend,
     identities: Arc<identity::Identities>,
+    /// CREATE INDEX builds running on this gateway, by index name.
+    builds: Arc<parking_lot::Mutex<std::collections::BTreeMap<String, IndexBuild>>>,
 }
+
+/// A CREATE INDEX backfill under way on this gateway.
+#[derive(Debug, Clone)]
+pub struct IndexBuild {
+    /// The table it indexes.
+    pub table: String,
+    /// Rows read so far.
+    pub rows_read: u64,
+    /// Entries written so far.
+    pub entries_written: u64,
+    /// When the backfill started.
+    pub started: std::time::SystemTime,
+}
+
+/// Takes a build off [`Planner::index_builds`] when dropped.
+struct Unregister<'a>(
+    &'a parking_lot::Mutex<std::collections::BTreeMap<String, IndexBuild>>,
+    &'a str,
+);
+
+impl Drop for Unregister<'_> {
+    fn drop(&mut self) {
+        self.0.lock().remove(self.1);
+    }
+}
+
+/// How often a CREATE INDEX build reports its progress (a NOTICE).
+const BUILD_REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Planner {
     /// Opens the catalog over a backend (the embedded partitioned store, or
@@ -262,6 +292,7 @@ impl Planner {
             catalog,
             identities: Arc::new(identity::Identities::new(store.system())),
             store,
+            builds: Arc::default(),
         })
     }
 
@@ -444,6 +475,25 @@ impl Planner {
 
     /// Runs a DDL plan.
     pub async fn run_ddl(&self, plan: &Plan) -> Result<DdlOutcome> {
+        self.run_ddl_reporting(plan, &|_| {}).await
+    }
+
+    /// The CREATE INDEX builds running on this gateway, by index name.
+    pub fn index_builds(&self) -> Vec<(String, IndexBuild)> {
+        self.builds
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Runs a DDL plan; a long one (a CREATE INDEX backfill) tells
+    /// `report` how far it is every [`BUILD_REPORT_EVERY`].
+    pub async fn run_ddl_reporting(
+        &self,
+        plan: &Plan,
+        report: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<DdlOutcome> {
         match plan {
             Plan::CreateTable { def, if_not_exists } => {
                 let created = self
@@ -533,7 +583,7 @@ impl Planner {
                 unique,
                 if_not_exists,
             } => {
-                self.create_index(table, name, columns, *unique, *if_not_exists)
+                self.create_index(table, name, columns, *unique, *if_not_exists, report)
                     .await
             }
             Plan::DropIndex { names, if_exists } => {
@@ -590,6 +640,7 @@ impl Planner {
         columns: &[String],
         unique: bool,
         if_not_exists: bool,
+        report: &(dyn Fn(String) + Send + Sync),
     ) -> Result<DdlOutcome> {
         let Some(def) = self
             .catalog
@@ -603,11 +654,35 @@ impl Planner {
         };
         let at = def.indexes.len() - 1;
         self.settle_writes().await;
+        self.builds.lock().insert(
+            name.to_owned(),
+            IndexBuild {
+                table: def.name.clone(),
+                rows_read: 0,
+                entries_written: 0,
+                started: std::time::SystemTime::now(),
+            },
+        );
+        // Removed however the build ends, a cancelled statement included.
+        let _registered = Unregister(&self.builds, name);
+        let last_report = parking_lot::Mutex::new(std::time::Instant::now());
         let progress = |read: u64, written: u64| {
             tracing::debug!(index = name, read, written, "index build");
+            if let Some(b) = self.builds.lock().get_mut(name) {
+                b.rows_read = read;
+                b.entries_written = written;
+            }
+            let mut last = last_report.lock();
+            if last.elapsed() >= BUILD_REPORT_EVERY {
+                *last = std::time::Instant::now();
+                report(format!(
+                    "building index \"{name}\": {read} rows of \"{table}\" read, {written} entries written"
+                ));
+            }
         };
         let retry = RetryPolicy::default();
-        let built = match index::backfill(&self.store, &def, at, &retry, &progress).await {
+        let backfilled = index::backfill(&self.store, &def, at, &retry, &progress).await;
+        let built = match backfilled {
             Ok(written) => self
                 .catalog
                 .index_ready(name, def.indexes[at].id)

@@ -970,3 +970,59 @@ fn split_pre_splits_a_table_into_ranges_over_the_servers() {
         assert!(out.contains(want), "{want:?} in {out}");
     }
 }
+
+/// CREATE INDEX over a table with rows, throttled like any writer, says
+/// how far it is: NOTICEs while it runs, and `tablegate.indexes` (from
+/// another session) shows it building with its counts, then ready.
+#[test]
+fn create_index_reports_its_progress_while_it_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    // One partition read and written at 300 entities/s: 900 rows take
+    // about 3 s to load and 6 s to index.
+    let s = TestServer::serve_in(dir.path(), &["--partition-target", "300"]);
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "CREATE TABLE big (pk text, rk int, name text, PRIMARY KEY (pk, rk))",
+            "INSERT INTO big SELECT 'p', g, 'n' || (g % 50) FROM generate_series(1, 900) AS s(g)",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let view = "SELECT state, build_rows_read, build_entries_written FROM tablegate.indexes WHERE index_name = 'big_name'";
+    let (built, seen) = std::thread::scope(|scope| {
+        let build = scope.spawn(|| psql(&s, &["CREATE INDEX big_name ON big (name)"]));
+        let mut seen = Vec::new();
+        while !build.is_finished() {
+            let (out, err, ok) = psql(&s, &["\\pset tuples_only on", view]);
+            assert!(ok, "{err}");
+            if let Some(line) = out.lines().find(|l| l.contains("building")) {
+                seen.push(line.to_owned());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        (build.join().unwrap(), seen)
+    });
+    let (out, err, ok) = built;
+    assert!(ok, "{out}{err}");
+    assert!(
+        err.contains("NOTICE:  building index \"big_name\": ")
+            && err.contains(" rows of \"big\" read, "),
+        "{err}"
+    );
+    assert!(
+        err.contains("index \"big_name\" built: 900 entries"),
+        "{err}"
+    );
+    // Counts that grew while it ran.
+    let counts: Vec<u64> = seen
+        .iter()
+        .filter_map(|l| l.split('|').nth(1)?.trim().parse().ok())
+        .collect();
+    assert!(
+        counts.iter().any(|&n| n > 0) && counts.windows(2).all(|w| w[0] <= w[1]),
+        "{seen:?}"
+    );
+    let (out, err, ok) = psql(&s, &["\\pset tuples_only on", view]);
+    assert!(ok, "{err}");
+    assert!(out.contains("ready") && !out.contains("building"), "{out}");
+}

@@ -667,7 +667,7 @@ fn format_row(f: &str, args: &[Option<&str>]) -> Result<String> {
 }
 
 /// `quote_ident`: bare when PostgreSQL would read it back unchanged.
-fn quote_ident(v: &str) -> String {
+pub(super) fn quote_ident(v: &str) -> String {
     let bare = v
         .chars()
         .next()

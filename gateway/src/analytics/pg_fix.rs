@@ -101,6 +101,7 @@ impl SchemaProvider for PgCatalogFix {
             })))),
             ("pg_class", Some(classes)) => Ok(Some(Arc::new(Catalog(pg_indexes::Classes {
                 inner: classes,
+                namespaces: self.crate_table("pg_namespace").await?,
                 planner: self.planner.clone(),
             })))),
             // indoption stays text: SQLAlchemy splits it as int2vector's
@@ -111,11 +112,13 @@ impl SchemaProvider for PgCatalogFix {
                     vec![("indkey", DataType::Int16)],
                 ))),
                 classes: self.crate_table("pg_class").await?,
+                namespaces: self.crate_table("pg_namespace").await?,
                 attributes: self.table_required("pg_attribute").await?,
                 planner: self.planner.clone(),
             })))),
             ("pg_indexes", None) => Ok(Some(Arc::new(Catalog(pg_indexes::IndexesView {
                 classes: self.crate_table("pg_class").await?,
+                namespaces: self.crate_table("pg_namespace").await?,
                 planner: self.planner.clone(),
             })))),
             ("pg_statistic_ext", Some(statistics)) => Ok(Some(Arc::new(Catalog(

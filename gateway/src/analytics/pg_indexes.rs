@@ -29,18 +29,22 @@ use datafusion_pg_catalog::RelationOids;
 use tablegate_catalog::TableDef;
 use tablegate_planner::Planner;
 
+use super::functions::quote_ident;
 use super::pg_fix::{Computed, all_rows, attribute_numbers, named};
 
 /// Index oids sit above every oid the crate hands out.
 const INDEX_OID_BASE: i64 = 1 << 30;
-/// Slots per table: the primary key and at most 8 indexes.
-const SLOTS: i64 = 16;
+/// Slots per table: 0 for the primary key, an index's id (never reused,
+/// so an oid stays its index's across DROP INDEX) for the rest.
+const SLOTS: i64 = 1024;
 /// PostgreSQL's btree access method (`pg_am`): the entries are kept in
 /// key order, which is what a reader of `relam` needs to know.
 const BTREE: i32 = 403;
 
-/// The oid of a table's index: slot 0 is the primary key, slot `n` its
-/// `n`-th index. `None` when the table's oid is too large to fit.
+/// The oid of a table's index: slot 0 is the primary key, slot `id` the
+/// index of that id. `None` when the table's oid or the id is too large
+/// to fit (an index created after a thousand others on its table is not
+/// listed).
 pub fn index_oid(table_oid: i32, slot: usize) -> Option<i32> {
     let oid = INDEX_OID_BASE + i64::from(table_oid) * SLOTS + slot as i64;
     i32::try_from(oid).ok().filter(|_| (slot as i64) < SLOTS)
@@ -71,12 +75,13 @@ impl IndexRel {
     /// `CREATE [UNIQUE] INDEX name ON public.table USING btree (cols)`, as
     /// `pg_get_indexdef` and `pg_indexes.indexdef` give it.
     pub fn definition(&self) -> String {
+        let columns: Vec<String> = self.columns.iter().map(|c| quote_ident(c)).collect();
         format!(
             "CREATE {}INDEX {} ON public.{} USING btree ({})",
             if self.unique { "UNIQUE " } else { "" },
-            self.name,
-            self.table,
-            self.columns.join(", ")
+            quote_ident(&self.name),
+            quote_ident(&self.table),
+            columns.join(", ")
         )
     }
 }
@@ -102,8 +107,8 @@ pub fn table_indexes(t: &TableDef, table_oid: i32) -> Vec<IndexRel> {
             building: false,
         }));
     }
-    for (i, ix) in t.indexes.iter().enumerate() {
-        out.extend(index_oid(table_oid, i + 1).map(|oid| IndexRel {
+    for ix in &t.indexes {
+        out.extend(index_oid(table_oid, ix.id as usize).map(|oid| IndexRel {
             oid,
             table_oid,
             table: t.name.clone(),
@@ -123,19 +128,38 @@ struct Tables {
     by_name: HashMap<String, (usize, i32)>,
 }
 
-async fn user_tables(classes: &Arc<dyn TableProvider>, state: &dyn Session) -> Result<Tables> {
+/// Only `public`'s: `information_schema` and `pg_catalog` hold tables of
+/// kind `r` too, whose names a user table may share.
+async fn user_tables(
+    classes: &Arc<dyn TableProvider>,
+    namespaces: &Arc<dyn TableProvider>,
+    state: &dyn Session,
+) -> Result<Tables> {
+    let mut public = None;
+    for b in all_rows(namespaces, state).await? {
+        if let Some([oid, name]) = named(&b, ["oid", "nspname"]) {
+            let (oid, name) = (oid.as_primitive::<Int32Type>(), name.as_string::<i32>());
+            public = public.or((0..b.num_rows())
+                .find(|&i| name.value(i) == "public")
+                .map(|i| oid.value(i)));
+        }
+    }
     let schema = classes.schema();
     let batches = all_rows(classes, state).await?;
     let batch = concat_batches(&schema, &batches)?;
     let mut by_name = HashMap::new();
-    if let Some([oid, name, kind]) = named(&batch, ["oid", "relname", "relkind"]) {
-        let (oid, name, kind) = (
+    if let (Some(public), Some([oid, name, kind, ns])) = (
+        public,
+        named(&batch, ["oid", "relname", "relkind", "relnamespace"]),
+    ) {
+        let (oid, name, kind, ns) = (
             oid.as_primitive::<Int32Type>(),
             name.as_string::<i32>(),
             kind.as_string::<i32>(),
+            ns.as_primitive::<Int32Type>(),
         );
         for i in 0..batch.num_rows() {
-            if kind.value(i) == "r" {
+            if kind.value(i) == "r" && ns.value(i) == public {
                 by_name.insert(name.value(i).to_owned(), (i, oid.value(i)));
             }
         }
@@ -161,6 +185,7 @@ fn indexes(planner: &Planner, tables: &Tables) -> Vec<(usize, IndexRel)> {
 #[derive(Debug)]
 pub struct Classes {
     pub inner: Arc<dyn TableProvider>,
+    pub namespaces: Arc<dyn TableProvider>,
     pub planner: Planner,
 }
 
@@ -171,7 +196,7 @@ impl Computed for Classes {
     }
 
     async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>> {
-        let tables = user_tables(&self.inner, state).await?;
+        let tables = user_tables(&self.inner, &self.namespaces, state).await?;
         let ix = indexes(&self.planner, &tables);
         let mut has_index = vec![false; tables.batch.num_rows()];
         for (row, _) in &ix {
@@ -235,6 +260,7 @@ pub struct Index {
     /// The crate's `pg_index`, its array columns already retyped.
     pub inner: Arc<dyn TableProvider>,
     pub classes: Arc<dyn TableProvider>,
+    pub namespaces: Arc<dyn TableProvider>,
     pub attributes: Arc<dyn TableProvider>,
     pub planner: Planner,
 }
@@ -247,7 +273,7 @@ impl Computed for Index {
 
     async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>> {
         use ScalarValue as S;
-        let tables = user_tables(&self.classes, state).await?;
+        let tables = user_tables(&self.classes, &self.namespaces, state).await?;
         let ix = indexes(&self.planner, &tables);
         let attnums = attribute_numbers(&self.attributes, state).await?;
         let schema = self.schema();
@@ -308,6 +334,7 @@ impl Computed for Index {
 #[derive(Debug)]
 pub struct IndexesView {
     pub classes: Arc<dyn TableProvider>,
+    pub namespaces: Arc<dyn TableProvider>,
     pub planner: Planner,
 }
 
@@ -330,7 +357,7 @@ impl Computed for IndexesView {
     }
 
     async fn rows(&self, state: &dyn Session) -> Result<Vec<RecordBatch>> {
-        let tables = user_tables(&self.classes, state).await?;
+        let tables = user_tables(&self.classes, &self.namespaces, state).await?;
         let ix: Vec<IndexRel> = indexes(&self.planner, &tables)
             .into_iter()
             .map(|(_, i)| i)
@@ -394,9 +421,9 @@ impl GetIndexDef {
         let ix = table_indexes(&def, i32::try_from(table_oid).ok()?)
             .into_iter()
             .find(|i| i64::from(i.oid) == oid)?;
-        match column.unwrap_or(0) {
+        match column? {
             0 => Some(ix.definition()),
-            n => usize::try_from(n - 1)
+            n => usize::try_from(n.checked_sub(1)?)
                 .ok()
                 .and_then(|k| ix.columns.get(k).cloned()),
         }
@@ -450,7 +477,7 @@ mod tests {
         assert_eq!(table_of(i64::from(oid)), Some(16_390));
         assert_eq!(i64::from(oid) % SLOTS, 3);
         assert_eq!(table_of(16_390), None);
-        assert_eq!(index_oid(16_390, 16), None);
+        assert_eq!(index_oid(16_390, 1024), None);
         assert_eq!(index_oid(i32::MAX, 0), None);
     }
 }

@@ -201,6 +201,10 @@ fn view_schema(name: &str) -> SchemaRef {
             int("operations_per_insert"),
             int("rows_per_transaction"),
             text("definition"),
+            text("state"),
+            int("build_rows_read"),
+            int("build_entries_written"),
+            timestamp("build_started"),
         ],
         "health" => vec![
             text("component"),
@@ -340,8 +344,11 @@ impl SystemView {
                 }
             }
             "indexes" => {
+                let builds: std::collections::HashMap<String, tablegate_planner::IndexBuild> =
+                    self.planner.index_builds().into_iter().collect();
                 for def in self.planner.catalog().tables() {
                     for ix in &def.indexes {
+                        let build = builds.get(&ix.name).filter(|b| b.table == def.name);
                         rows.push(vec![
                             t(&def.name),
                             t(&ix.name),
@@ -357,6 +364,14 @@ impl SystemView {
                                 def.name,
                                 ix.columns.join(", ")
                             )),
+                            // Building on another gateway shows no counts.
+                            t(if ix.building { "building" } else { "ready" }),
+                            Cell::I(build.map(|b| b.rows_read as i64)),
+                            Cell::I(build.map(|b| b.entries_written as i64)),
+                            Cell::Us(build.and_then(|b| {
+                                let since = b.started.duration_since(std::time::UNIX_EPOCH).ok()?;
+                                i64::try_from(since.as_micros()).ok()
+                            })),
                         ]);
                     }
                 }

@@ -403,7 +403,28 @@ impl ConnHandler {
                 }
             }
             Prepared::Advise(call) => self.advise(call, &run).await?,
-            Prepared::Ddl(plan) => self.ddl(plan, &mut run).await?,
+            Prepared::Ddl(plan) => {
+                // A CREATE INDEX backfill reports its progress as NOTICEs
+                // while it runs, as PostgreSQL's long commands do.
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+                let report = move |m: String| drop(tx.send(m));
+                let ddl = self.ddl(plan, &mut run, &report);
+                tokio::pin!(ddl);
+                loop {
+                    tokio::select! {
+                        done = &mut ddl => break done?,
+                        Some(m) = rx.recv() => {
+                            notice(client, PgError::notice(m))
+                                .await
+                                .map_err(PgError::connection_lost)?;
+                            client
+                                .flush()
+                                .await
+                                .map_err(|e| PgError::connection_lost(PgWireError::from(e)))?;
+                        }
+                    }
+                }
+            }
             Prepared::Write(w) => self.write(w, &mut run).await?,
             Prepared::Set(..) | Prepared::Reset(_) | Prepared::Show(_) => self.setting(p)?,
             Prepared::Begin { .. }

@@ -23,7 +23,12 @@ use crate::sqlstate::PgError;
 
 impl ConnHandler {
     /// CREATE / DROP / ALTER TABLE.
-    pub(super) async fn ddl(&self, plan: &Plan, run: &mut Run<'_>) -> Result<Response, PgError> {
+    pub(super) async fn ddl(
+        &self,
+        plan: &Plan,
+        run: &mut Run<'_>,
+        report: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<Response, PgError> {
         if let Plan::CreateTableAs {
             name,
             columns,
@@ -37,7 +42,7 @@ impl ConnHandler {
         }
         let outcome = self
             .planner
-            .run_ddl(plan)
+            .run_ddl_reporting(plan, report)
             .await
             .map_err(|e| PgError::from(&e))?;
         run.notices.extend(outcome.notice.map(PgError::notice));
