@@ -139,6 +139,22 @@ impl IndexDef {
 }
 
 impl IndexDef {
+    /// The entry RowKey prefix for leading columns equal to `eq` and a
+    /// next column, of type text, that starts with `text` (`LIKE 'text%'`):
+    /// a text component is the hex of its bytes, so those values' entries
+    /// share one prefix. `None` when that column is not text.
+    pub fn lookup_text_prefix(&self, table: &TableDef, eq: &[Value], text: &str) -> Option<String> {
+        let mut key = self.lookup_prefix(table, eq)?;
+        let col = self.columns.get(eq.len())?;
+        let ty = table.columns.iter().find(|d| &d.name == col)?.ty;
+        if ty != SqlType::Text {
+            return None;
+        }
+        key.push('v');
+        hex(&mut key, text.as_bytes());
+        Some(key)
+    }
+
     /// The entry RowKeys whose leading columns equal `eq` and whose next
     /// column lies between `lo` and `hi` (each `(value, inclusive)`; `None`:
     /// unbounded, NULL never included). `None` when a value is not one its

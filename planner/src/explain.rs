@@ -299,6 +299,8 @@ fn index_lines(b: &BoundSelect, est: &Estimate, indexes: IndexUse) -> Vec<String
         .map(|(i, c)| {
             if i < p.equalities {
                 format!("{c} = …")
+            } else if let Some(text) = &p.like {
+                format!("{c} LIKE '{}%'", text.replace('\'', "''"))
             } else {
                 format!("a range of {c}")
             }

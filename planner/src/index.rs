@@ -457,8 +457,11 @@ pub struct Probe {
     pub index: usize,
     /// Leading index columns tested with `=`.
     pub equalities: usize,
-    /// Whether the next column is bounded by a range (`<`, `>=`, BETWEEN).
+    /// Whether the next column is bounded by a range (`<`, `>=`, BETWEEN,
+    /// or `LIKE 'text%'`).
     pub range: bool,
+    /// The text a `LIKE` range's values start with.
+    pub like: Option<String>,
     /// The partitions looked in (the query's PartitionKey points).
     pub partitions: Vec<String>,
     /// The entry RowKeys to read in each.
@@ -468,7 +471,7 @@ pub struct Probe {
 /// The index lookup for `access` on `table`, if one applies: every span is
 /// a whole partition (`pk = X`, `pk IN (…)`) and the filter tests the
 /// leading column(s) of an index with `=`, and maybe the next one with a
-/// range. The index whose conditions cover the most leading columns wins
+/// range (or, a text column, `LIKE 'text%'`). The index whose conditions cover the most leading columns wins
 /// (then a range over none, then a unique one).
 pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
     if table.indexes.is_empty() || access.spans.is_empty() {
@@ -485,6 +488,7 @@ pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
     let mut eq: BTreeMap<&str, &Value> = BTreeMap::new();
     let mut lower: BTreeMap<&str, (&Value, bool)> = BTreeMap::new();
     let mut upper: BTreeMap<&str, (&Value, bool)> = BTreeMap::new();
+    let mut like: BTreeMap<&str, String> = BTreeMap::new();
     let conjuncts = match access.filter.as_ref()? {
         Filter::And(v) => v.iter().collect(),
         f => vec![f],
@@ -509,6 +513,18 @@ pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
                 _ => {}
             }
         }
+        if let Filter::Like {
+            field: Field::Property(name),
+            pattern,
+            escape,
+            case_insensitive: false,
+        } = c
+        {
+            let text = like_prefix(pattern, *escape);
+            if !text.is_empty() {
+                like.insert(name, text);
+            }
+        }
     }
     let mut best: Option<(usize, (usize, bool, bool))> = None;
     for (i, ix) in table.indexes.iter().enumerate() {
@@ -520,10 +536,11 @@ pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
             .iter()
             .take_while(|c| eq.contains_key(c.as_str()))
             .count();
-        let range = ix
-            .columns
-            .get(n)
-            .is_some_and(|c| lower.contains_key(c.as_str()) || upper.contains_key(c.as_str()));
+        let range = ix.columns.get(n).is_some_and(|c| {
+            lower.contains_key(c.as_str())
+                || upper.contains_key(c.as_str())
+                || like.contains_key(c.as_str())
+        });
         let score = (n, range, ix.unique && n == ix.columns.len());
         if (n > 0 || range) && best.is_none_or(|(_, b)| score > b) {
             best = Some((i, score));
@@ -535,19 +552,38 @@ pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
         .iter()
         .map(|c| eq[c.as_str()].clone())
         .collect();
-    let rows = if range {
-        let c = ix.columns[n].as_str();
-        ix.lookup_range(table, &values, lower.get(c).copied(), upper.get(c).copied())?
-    } else {
-        KeyInterval::prefix(&ix.lookup_prefix(table, &values)?)
+    let c = ix.columns.get(n).map(String::as_str);
+    let bounded = c.is_some_and(|c| lower.contains_key(c) || upper.contains_key(c));
+    // A comparison range, else the LIKE text's entries (of a text column).
+    let like = c
+        .filter(|_| range && !bounded)
+        .and_then(|c| like.get(c).cloned());
+    let rows = match (range, &like) {
+        (true, Some(text)) => KeyInterval::prefix(&ix.lookup_text_prefix(table, &values, text)?),
+        (true, None) => {
+            let c = c?;
+            ix.lookup_range(table, &values, lower.get(c).copied(), upper.get(c).copied())?
+        }
+        (false, _) => KeyInterval::prefix(&ix.lookup_prefix(table, &values)?),
     };
     Some(Probe {
         index: i,
         equalities: n,
         range,
+        like,
         partitions,
         rows,
     })
+}
+
+/// The text every value a LIKE pattern matches starts with: the pattern
+/// up to its first wildcard. An escape character ends it too (a shorter
+/// text still holds every match; the filter is checked on each row).
+fn like_prefix(pattern: &str, escape: Option<char>) -> String {
+    pattern
+        .chars()
+        .take_while(|&ch| ch != '%' && ch != '_' && ch != '\\' && Some(ch) != escape)
+        .collect()
 }
 
 /// What a probe read: the base entities to fetch, and the work it took.

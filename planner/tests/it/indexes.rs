@@ -22,7 +22,7 @@ use tablegate_store::{
 use crate::fixture;
 
 const PKS: [&str; 3] = ["p1", "p2", "p3"];
-const BS: [&str; 4] = ["x", "y", "zz", "é"];
+const BS: [&str; 5] = ["x", "y", "zz", "é", "z_%"];
 
 fn opts(use_indexes: bool) -> ExecOptions {
     ExecOptions {
@@ -184,6 +184,17 @@ fn queries(rng: &mut Rng) -> Vec<String> {
         ));
         q.push(format!(
             "SELECT r, a FROM {{t}} WHERE p = '{pk}' AND a >= 1.5 AND a < 2.5 ORDER BY r"
+        ));
+        // LIKE on an index's text column: its literal text narrows the
+        // entries read (escapes and wildcards end it).
+        for pattern in ["z%", "zz", "z_", "é%", "%z", "z\\_%", "z\\%"] {
+            q.push(format!(
+                "SELECT r, b FROM {{t}} WHERE p = '{pk}' AND b LIKE '{pattern}' ORDER BY r"
+            ));
+        }
+        q.push(format!(
+            "SELECT r FROM {{t}} WHERE p = '{pk}' AND b LIKE '{}%' AND a = {a} ORDER BY r",
+            &b[..b.chars().next().map_or(0, char::len_utf8)]
         ));
     }
     q
