@@ -41,6 +41,9 @@ use crate::keys::AccessClass;
 use crate::plan::{BoundSelect, OutputColumn, Route};
 use crate::txn::Overlay;
 
+/// Point lookups of one query in flight at once.
+const POINT_LOOKUPS_AT_ONCE: usize = 8;
+
 /// How the native path runs.
 #[derive(Debug, Clone)]
 pub struct ExecOptions {
@@ -360,40 +363,50 @@ impl Task {
             return Ok(());
         }
         if access.class == AccessClass::Point {
-            let mut rows = Vec::new();
-            for s in &access.spans {
-                let (pk, rk) = (
-                    s.pk.as_point().expect("point class"),
-                    s.rk.as_point().expect("point class"),
-                );
-                if rk.starts_with(tablegate_catalog::INDEX_ROW_PREFIX) {
-                    continue;
-                }
-                if let Some(staged) = overlay.and_then(|o| o.get(table, pk, rk)) {
-                    if let Some(e) = staged
-                        && access.filter.as_ref().is_none_or(|f| f.matches(e))
-                    {
-                        rows.push(e.clone());
-                    }
-                    continue;
-                }
-                let mut stats = RetryStats::default();
-                let got = with_retry(&self.opts.retry, &mut stats, || {
-                    self.store.get(table, pk, rk)
+            use futures::{StreamExt, TryStreamExt};
+            // Each lookup is a store round trip (a network one on Azure):
+            // a few run at once; the rows keep the spans' order. Owned
+            // keys: a stream over borrowed ones is not Send enough for the
+            // task this runs in.
+            let keys: Vec<(String, String)> = access
+                .spans
+                .iter()
+                .map(|s| {
+                    (
+                        s.pk.as_point().expect("point class").to_owned(),
+                        s.rk.as_point().expect("point class").to_owned(),
+                    )
                 })
-                .await?;
-                let mut a = self.actuals.lock();
-                a.lookups += 1;
-                a.retries += stats.retries;
-                a.backoff += stats.backoff;
-                if let Some(e) = got {
-                    a.scanned += 1;
-                    a.servers.extend(self.server_of(pk));
-                    if access.filter.as_ref().is_none_or(|f| f.matches(&e)) {
-                        rows.push(e);
+                .filter(|(_, rk)| !rk.starts_with(tablegate_catalog::INDEX_ROW_PREFIX))
+                .collect();
+            let candidates: Vec<Option<Entity>> = futures::stream::iter(keys)
+                .map(|(pk, rk)| async move {
+                    if let Some(staged) = overlay.and_then(|o| o.get(table, &pk, &rk)) {
+                        return Ok(staged.cloned());
                     }
-                }
-            }
+                    let mut stats = RetryStats::default();
+                    let got = with_retry(&self.opts.retry, &mut stats, || {
+                        self.store.get(table, &pk, &rk)
+                    })
+                    .await?;
+                    let mut a = self.actuals.lock();
+                    a.lookups += 1;
+                    a.retries += stats.retries;
+                    a.backoff += stats.backoff;
+                    if got.is_some() {
+                        a.scanned += 1;
+                        a.servers.extend(self.server_of(&pk));
+                    }
+                    Ok::<_, PlanError>(got)
+                })
+                .buffered(POINT_LOOKUPS_AT_ONCE)
+                .try_collect()
+                .await?;
+            let rows: Vec<Entity> = candidates
+                .into_iter()
+                .flatten()
+                .filter(|e| access.filter.as_ref().is_none_or(|f| f.matches(e)))
+                .collect();
             return self.emit(&rows, &mut window).await.map(|_| ());
         }
         // Staged entities of the open transaction that this query selects,
