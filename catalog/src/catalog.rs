@@ -333,10 +333,23 @@ impl Catalog {
         Ok(())
     }
 
+    /// True when `name` is taken among the relations pg_catalog shows:
+    /// a table, an index, or a table's primary key (`<table>_pkey`), which
+    /// share one namespace in PostgreSQL.
+    fn relation_named(&self, name: &str) -> bool {
+        self.table(name).is_ok()
+            || self.index_table(name).is_some()
+            || self
+                .tables
+                .read()
+                .values()
+                .any(|e| format!("{}_pkey", e.def.name).eq_ignore_ascii_case(name))
+    }
+
     /// CREATE TABLE [IF NOT EXISTS].
     pub async fn create_table(&self, def: TableDef, if_not_exists: bool) -> Result<Created> {
         let _ddl = self.ddl.lock().await;
-        if self.table(&def.name).is_ok() {
+        if self.relation_named(&def.name) {
             return if if_not_exists {
                 Ok(Created::AlreadyExisted)
             } else {
@@ -456,7 +469,7 @@ impl Catalog {
     ) -> Result<Option<Arc<TableDef>>> {
         let _ddl = self.ddl.lock().await;
         let def = self.table(table)?;
-        if self.index_table(name).is_some() || self.table(name).is_ok() {
+        if self.relation_named(name) {
             return if if_not_exists {
                 Ok(None)
             } else {

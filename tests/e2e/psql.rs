@@ -198,6 +198,12 @@ fn psql_shows_indexes_as_postgresql_does() {
         "SELECT t.relname, t.relhasindex FROM pg_class t WHERE t.relname = 'ix_notes'",
         "\\d ix_notes",
         "\\di ix_notes*",
+        // A user table named like an information_schema table.
+        "CREATE TABLE columns (pk text, rk text, v int, PRIMARY KEY (pk, rk))",
+        "CREATE INDEX columns_v ON columns (v)",
+        "SELECT indexname AS columns_index, indexdef FROM pg_indexes WHERE tablename = 'columns' ORDER BY 1",
+        "SELECT conname AS columns_constraint, contype FROM pg_constraint c \
+         JOIN pg_class t ON t.oid = c.conrelid WHERE t.relname = 'columns'",
     ];
     let run = |mut cmd: Command| {
         cmd.args(["-X", "-v", "ON_ERROR_STOP=1"]);
@@ -227,6 +233,8 @@ fn psql_shows_indexes_as_postgresql_does() {
         (" indexname ", "(3 rows)"),
         ("   relname   ", "(3 rows)"),
         (" relname  | relhasindex", "(1 row)"),
+        (" columns_index ", "(2 rows)"),
+        (" columns_constraint ", "(1 row)"),
     ] {
         assert_eq!(section(&got, from, to), section(&want, from, to), "{got}");
     }

@@ -96,6 +96,7 @@ impl SchemaProvider for PgCatalogFix {
                     &[("conkey", DataType::Int16), ("confkey", DataType::Int16)],
                 ),
                 classes: self.crate_table("pg_class").await?,
+                namespaces: self.crate_table("pg_namespace").await?,
                 attributes: self.table_required("pg_attribute").await?,
                 planner: self.planner.clone(),
             })))),
@@ -333,7 +334,6 @@ pub(super) fn named<'a, const N: usize>(
 struct Class {
     oid: i32,
     name: String,
-    namespace: i32,
 }
 
 /// The session's `pg_class` rows. The crate numbers tables as its scan
@@ -341,18 +341,13 @@ struct Class {
 async fn classes(classes: &Arc<dyn TableProvider>, state: &dyn Session) -> Result<Vec<Class>> {
     let mut out = Vec::new();
     for b in all_rows(classes, state).await? {
-        let Some([oid, name, ns]) = named(&b, ["oid", "relname", "relnamespace"]) else {
+        let Some([oid, name]) = named(&b, ["oid", "relname"]) else {
             continue;
         };
-        let (oid, name, ns) = (
-            oid.as_primitive::<Int32Type>(),
-            name.as_string::<i32>(),
-            ns.as_primitive::<Int32Type>(),
-        );
+        let (oid, name) = (oid.as_primitive::<Int32Type>(), name.as_string::<i32>());
         out.extend((0..b.num_rows()).map(|i| Class {
             oid: oid.value(i),
             name: name.value(i).to_owned(),
-            namespace: ns.value(i),
         }));
     }
     Ok(out)
@@ -387,6 +382,7 @@ pub(super) async fn attribute_numbers(
 struct Constraints {
     schema: SchemaRef,
     classes: Arc<dyn TableProvider>,
+    namespaces: Arc<dyn TableProvider>,
     attributes: Arc<dyn TableProvider>,
     planner: Planner,
 }
@@ -403,12 +399,17 @@ struct PrimaryKey {
 impl Constraints {
     async fn keys(&self, state: &dyn Session) -> Result<Vec<PrimaryKey>> {
         // The crate numbers tables as its pg_class scan meets them; the
-        // same session's pg_class gives the same oids.
-        let tables: HashMap<String, (i32, i32)> = classes(&self.classes, state)
-            .await?
-            .into_iter()
-            .map(|c| (c.name, (c.oid, c.namespace)))
-            .collect();
+        // same session's pg_class gives the same oids. Only public's
+        // tables: information_schema's may share a user table's name.
+        let user = pg_indexes::user_tables(&self.classes, &self.namespaces, state).await?;
+        let tables: HashMap<String, (i32, i32)> = match user.public {
+            Some(ns) => user
+                .by_name
+                .into_iter()
+                .map(|(name, (_, oid))| (name, (oid, ns)))
+                .collect(),
+            None => HashMap::new(),
+        };
         let attnums = attribute_numbers(&self.attributes, state).await?;
         let mut keys = Vec::new();
         for t in self.planner.catalog().tables() {

@@ -123,14 +123,16 @@ pub fn table_indexes(t: &TableDef, table_oid: i32) -> Vec<IndexRel> {
 }
 
 /// The user tables of a `pg_class` scan: name → (row in its batch, oid).
-struct Tables {
-    batch: RecordBatch,
-    by_name: HashMap<String, (usize, i32)>,
+pub(super) struct Tables {
+    pub batch: RecordBatch,
+    pub by_name: HashMap<String, (usize, i32)>,
+    /// The oid of `public`, their namespace.
+    pub public: Option<i32>,
 }
 
 /// Only `public`'s: `information_schema` and `pg_catalog` hold tables of
 /// kind `r` too, whose names a user table may share.
-async fn user_tables(
+pub(super) async fn user_tables(
     classes: &Arc<dyn TableProvider>,
     namespaces: &Arc<dyn TableProvider>,
     state: &dyn Session,
@@ -164,7 +166,11 @@ async fn user_tables(
             }
         }
     }
-    Ok(Tables { batch, by_name })
+    Ok(Tables {
+        batch,
+        by_name,
+        public,
+    })
 }
 
 /// Every index of every table the session's `pg_class` numbers, with the
