@@ -339,11 +339,9 @@ impl Catalog {
     fn relation_named(&self, name: &str) -> bool {
         self.table(name).is_ok()
             || self.index_table(name).is_some()
-            || self
-                .tables
-                .read()
-                .values()
-                .any(|e| format!("{}_pkey", e.def.name).eq_ignore_ascii_case(name))
+            || self.tables.read().values().any(|e| {
+                has_pkey(&e.def) && format!("{}_pkey", e.def.name).eq_ignore_ascii_case(name)
+            })
     }
 
     /// CREATE TABLE [IF NOT EXISTS].
@@ -355,6 +353,10 @@ impl Catalog {
             } else {
                 Err(CatalogError::TableExists { name: def.name })
             };
+        }
+        let pkey = format!("{}_pkey", def.name);
+        if has_pkey(&def) && self.relation_named(&pkey) {
+            return Err(CatalogError::TableExists { name: pkey });
         }
         match self.data.create_table(&def.name).await {
             Ok(_) => {}
@@ -614,6 +616,12 @@ pub fn infer_columns(sample: &[tablegate_store::Entity]) -> Vec<(String, SqlType
             Some((k.to_owned(), SqlType::from_edm(edm)))
         })
         .collect()
+}
+
+/// True when pg_catalog shows the table's key as `<table>_pkey`: a key the
+/// user declared, not the hidden one of a table without a primary key.
+fn has_pkey(def: &TableDef) -> bool {
+    !def.columns.iter().any(|c| c.hidden)
 }
 
 #[cfg(test)]

@@ -250,6 +250,8 @@ pub struct Planner {
 pub struct IndexBuild {
     /// The table it indexes.
     pub table: String,
+    /// The index's id (a name dropped and created again is another).
+    pub id: u32,
     /// Rows read so far.
     pub rows_read: u64,
     /// Entries written so far.
@@ -258,15 +260,19 @@ pub struct IndexBuild {
     pub started: std::time::SystemTime,
 }
 
-/// Takes a build off [`Planner::index_builds`] when dropped.
+/// Takes a build (name, id) off [`Planner::index_builds`] when dropped.
 struct Unregister<'a>(
     &'a parking_lot::Mutex<std::collections::BTreeMap<String, IndexBuild>>,
     &'a str,
+    u32,
 );
 
 impl Drop for Unregister<'_> {
     fn drop(&mut self) {
-        self.0.lock().remove(self.1);
+        let mut builds = self.0.lock();
+        if builds.get(self.1).is_some_and(|b| b.id == self.2) {
+            builds.remove(self.1);
+        }
     }
 }
 
@@ -654,21 +660,23 @@ impl Planner {
         };
         let at = def.indexes.len() - 1;
         self.settle_writes().await;
+        let id = def.indexes[at].id;
         self.builds.lock().insert(
             name.to_owned(),
             IndexBuild {
                 table: def.name.clone(),
+                id,
                 rows_read: 0,
                 entries_written: 0,
                 started: std::time::SystemTime::now(),
             },
         );
         // Removed however the build ends, a cancelled statement included.
-        let _registered = Unregister(&self.builds, name);
+        let _registered = Unregister(&self.builds, name, id);
         let last_report = parking_lot::Mutex::new(std::time::Instant::now());
         let progress = |read: u64, written: u64| {
             tracing::debug!(index = name, read, written, "index build");
-            if let Some(b) = self.builds.lock().get_mut(name) {
+            if let Some(b) = self.builds.lock().get_mut(name).filter(|b| b.id == id) {
                 b.rows_read = read;
                 b.entries_written = written;
             }

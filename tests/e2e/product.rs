@@ -9,7 +9,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
-use super::server::{TestServer, psql};
+use super::server::{TestServer, psql, psql_command};
 
 fn tablegate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tablegate"))
@@ -1025,4 +1025,46 @@ fn create_index_reports_its_progress_while_it_builds() {
     let (out, err, ok) = psql(&s, &["\\pset tuples_only on", view]);
     assert!(ok, "{err}");
     assert!(out.contains("ready") && !out.contains("building"), "{out}");
+
+    // A client killed mid-build does not leave half an index: the build
+    // runs to its end and the index is used.
+    let mut child = psql_command(&s)
+        .args(["-c", "CREATE INDEX big_name2 ON big (name)"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("building index \"big_name2\""))),
+        "no progress NOTICE before the end"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ready = "SELECT state FROM tablegate.indexes WHERE index_name = 'big_name2'";
+    let mut state = String::new();
+    for _ in 0..300 {
+        let (out, err, ok) = psql(&s, &["\\pset tuples_only on", ready]);
+        assert!(ok, "{err}");
+        state = out.trim().to_owned();
+        if state == "ready" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(state, "ready");
+    let (out, err, ok) = psql(
+        &s,
+        &[
+            "DROP INDEX big_name",
+            "EXPLAIN ANALYZE SELECT rk FROM big WHERE pk = 'p' AND name = 'n7'",
+            "SELECT count(*) FROM big WHERE pk = 'p' AND name = 'n7'",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("rows found through index big_name2") && out.contains(" 18\n"),
+        "{out}"
+    );
 }

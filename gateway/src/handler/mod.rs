@@ -410,19 +410,27 @@ impl ConnHandler {
                 let report = move |m: String| drop(tx.send(m));
                 let ddl = self.ddl(plan, &mut run, &report);
                 tokio::pin!(ddl);
-                loop {
+                // A client gone mid-build does not stop the build (half an
+                // index would stay `building`): it runs to its end.
+                let mut gone: Option<PgWireError> = None;
+                let done = loop {
                     tokio::select! {
-                        done = &mut ddl => break done?,
-                        Some(m) = rx.recv() => {
-                            notice(client, PgError::notice(m))
-                                .await
-                                .map_err(PgError::connection_lost)?;
-                            client
-                                .flush()
-                                .await
-                                .map_err(|e| PgError::connection_lost(PgWireError::from(e)))?;
+                        biased;
+                        Some(m) = rx.recv(), if gone.is_none() => {
+                            let sent: PgWireResult<()> = async {
+                                notice(client, PgError::notice(m)).await?;
+                                client.flush().await?;
+                                Ok(())
+                            }
+                            .await;
+                            gone = sent.err();
                         }
+                        done = &mut ddl => break done,
                     }
+                };
+                match gone {
+                    Some(e) => return Err(PgError::connection_lost(e)),
+                    None => done?,
                 }
             }
             Prepared::Write(w) => self.write(w, &mut run).await?,
