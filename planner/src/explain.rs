@@ -273,17 +273,7 @@ fn index_lines(b: &BoundSelect, est: &Estimate, indexes: IndexUse) -> Vec<String
         let mut l = vec![format!(
             "  Index Lookup: not used ({why}); {name} could serve this query"
         )];
-        if !est.unknown {
-            l.push(format!(
-                "  With the index: index entries {}, store requests {}, minimum time {}; without it (this plan): entities scanned {}, store requests {}, minimum time {}",
-                with.returned,
-                with.requests,
-                fmt_duration(with.min_time),
-                est.scanned,
-                est.requests,
-                fmt_duration(est.min_time)
-            ));
-        }
+        l.extend(costs_line(&with, est, "without it (this plan)", ""));
         return l;
     }
     if indexes == IndexUse::Ignored {
@@ -311,18 +301,29 @@ fn index_lines(b: &BoundSelect, est: &Estimate, indexes: IndexUse) -> Vec<String
         ix.columns.join(", "),
         used.join(" and ")
     )];
-    if !est.unknown {
-        l.push(format!(
-            "  With the index: index entries {}, store requests {}, minimum time {}; without it: entities scanned {}, store requests {}, minimum time {} (SET tablegate.use_indexes = off to run without)",
+    l.extend(costs_line(
+        &with,
+        est,
+        "without it",
+        " (SET tablegate.use_indexes = off to run without)",
+    ));
+    l
+}
+
+/// The access's cost with the index and without it (none when the
+/// estimate is unknown).
+fn costs_line(with: &Estimate, est: &Estimate, without: &str, tail: &str) -> Option<String> {
+    (!est.unknown).then(|| {
+        format!(
+            "  With the index: index entries {}, store requests {}, minimum time {}; {without}: entities scanned {}, store requests {}, minimum time {}{tail}",
             with.returned,
             with.requests,
             fmt_duration(with.min_time),
             est.scanned,
             est.requests,
             fmt_duration(est.min_time)
-        ));
-    }
-    l
+        )
+    })
 }
 
 /// Advice for an access, in the seeds' terms.

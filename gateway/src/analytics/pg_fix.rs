@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int16Array, Int32Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int16Type, Int32Type, SchemaRef};
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::{MemTable, TableType};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::{ExecutionPlan, collect};
@@ -479,14 +479,19 @@ impl Constraints {
                     v.cast_to(f.data_type())
                 })
                 .collect::<Result<Vec<_>>>()?;
-            columns.push(if values.is_empty() {
-                datafusion::arrow::array::new_empty_array(f.data_type())
-            } else {
-                S::iter_to_array(values)?
-            });
+            columns.push(column(f.data_type(), values)?);
         }
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
+}
+
+/// A column of a computed catalog table from its values (none: empty).
+pub(super) fn column(ty: &DataType, values: Vec<ScalarValue>) -> Result<ArrayRef> {
+    Ok(if values.is_empty() {
+        datafusion::arrow::array::new_empty_array(ty)
+    } else {
+        ScalarValue::iter_to_array(values)?
+    })
 }
 
 #[async_trait]

@@ -30,7 +30,7 @@ use tablegate_catalog::TableDef;
 use tablegate_planner::Planner;
 
 use super::functions::quote_ident;
-use super::pg_fix::{Computed, all_rows, attribute_numbers, named};
+use super::pg_fix::{Computed, all_rows, attribute_numbers, column, named};
 
 /// Index oids sit above every oid the crate hands out.
 const INDEX_OID_BASE: i64 = 1 << 30;
@@ -324,11 +324,7 @@ impl Computed for Index {
                     v.cast_to(f.data_type())
                 })
                 .collect::<Result<Vec<_>>>()?;
-            columns.push(if values.is_empty() {
-                datafusion::arrow::array::new_empty_array(f.data_type())
-            } else {
-                S::iter_to_array(values)?
-            });
+            columns.push(column(f.data_type(), values)?);
         }
         let mut out = all_rows(&self.inner, state).await?;
         out.push(RecordBatch::try_new(schema, columns)?);
