@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Local indexes: what each one costs a write, and what it saves a lookup.
+"""Local and global indexes: what each one costs a write, and what it saves a lookup.
 
 Loads the same rows (default 100 tenants x 1,000) into tablegate and a
 throwaway PostgreSQL 15, keyed (tenant, id), with `team` (100 values, so
@@ -13,6 +13,12 @@ reach):
 - `tenant = $1 AND team = $2` lookups (10 rows each): with the index, and
   on tablegate also without it (`tablegate.use_indexes = off`: the
   partition's 1,000 rows scanned).
+
+Then a global index on `email` (PostgreSQL: a B-tree on email), for
+lookups with no tenant: `email = $1` through the index against a full
+scan (`tablegate.use_indexes = off`, fewer runs: each reads every row),
+INSERTs and UPDATEs of `email` by key without and with the index, and how
+long after a burst of writes the index has applied them all (the lag).
 
 Writes the Markdown report (every raw number) and an SVG chart under
 bench/results/.
@@ -91,6 +97,52 @@ def measure(server: B.Server, tenants: int, ops: int, use_index: bool, seed: int
     return out
 
 
+def measure_global(server: B.Server, tenants: int, per: int, ops: int, seed: int,
+                   lookups: bool, scan: bool = False) -> dict:
+    """INSERT and UPDATE of email by key, and (with `lookups`) email = $1
+    lookups across tenants; `scan`: tablegate with index use off."""
+    rng = random.Random(seed)
+    conn = connect(server)
+    if server.name == "tablegate":
+        conn.execute(f"SET tablegate.use_indexes = {'off' if scan else 'on'}")
+    tenant = lambda: f"t{rng.randrange(tenants):04d}"  # noqa: E731
+    out = {}
+    if not scan:
+        out["insert"] = timed(conn, "INSERT INTO ix_bench VALUES (%s, %s, %s, %s, 'new')",
+                              lambda i: (tenant(), rng.randrange(10**6, 9 * 10**18), rng.randrange(100),
+                                         f"g{rng.randrange(10**12)}@x"), ops)
+        out["update"] = timed(conn, "UPDATE ix_bench SET email = %s WHERE tenant = %s AND id = %s",
+                              lambda i: (f"m{rng.randrange(10**12)}@x", tenant(), 1000 + rng.randrange(per - 1000)
+                                         if per > 1000 else rng.randrange(per)), ops)
+    if lookups:
+        n = max(ops // 30, 20) if scan else ops
+        out["lookup"] = timed(conn, "SELECT tenant, id FROM ix_bench WHERE email = %s",
+                              lambda i: (f"u{rng.randrange(min(per, 1000))}@t{rng.randrange(tenants):04d}.example",), n)
+    conn.close()
+    return out
+
+
+def global_lag(server: B.Server, tenants: int, writes: int, seed: int) -> tuple[float, float]:
+    """(seconds to send `writes` single-row INSERTs, seconds after the last
+    one until this gateway's global index had applied them all)."""
+    rng = random.Random(seed)
+    conn = connect(server)
+    cur = conn.cursor()
+    start = time.monotonic()
+    for _ in range(writes):
+        cur.execute("INSERT INTO ix_bench VALUES (%s, %s, 1, %s, 'lag')",
+                    (f"t{rng.randrange(tenants):04d}", rng.randrange(10**6, 9 * 10**18),
+                     f"l{rng.randrange(10**12)}@x"))
+    sent = time.monotonic()
+    while True:
+        cur.execute("SELECT coalesce(sum(pending_partitions), 0) FROM tablegate.indexes WHERE kind = 'global'")
+        if cur.fetchone()[0] == 0:
+            break
+        time.sleep(0.005)
+    conn.close()
+    return sent - start, time.monotonic() - sent
+
+
 def svg_chart(rows: list[tuple[str, dict]], title: str, subtitle: str) -> str:
     """Grouped bars: statements/s of insert, update and lookup per configuration."""
     kinds = ["insert", "update", "lookup"]
@@ -137,6 +189,7 @@ def main(argv: list[str]) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
     total = args.tenants * args.rows_per_tenant
     results: list[tuple[str, str, int, bool, dict]] = []
+    globals_: dict[tuple[str, str], dict] = {}
     with tempfile.TemporaryDirectory(prefix="tg-index-bench-") as tmp:
         work = Path(tmp)
         work.chmod(0o711)  # the postgres user reaches work/pg
@@ -164,6 +217,31 @@ def main(argv: list[str]) -> int:
                         B.log(f"{server.name}, {n} indexes{'' if use else ', index use off'}: "
                               + ", ".join(f"{k} {v:,.0f}/s" for k, v in r.items()))
                         results.append((server.name, f"{n} index{'es' if n != 1 else ''}", n, use, r))
+                # A global index (PostgreSQL: a B-tree on email alone).
+                server.psql(*DROP, what="drop indexes")
+                seed = 20261130 + (0 if server.name == "tablegate" else 7)
+                r = measure_global(server, args.tenants, args.rows_per_tenant, args.ops, seed, lookups=False)
+                B.log(f"{server.name}, no email index: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in r.items()))
+                globals_[(server.name, "none")] = r
+                sql = ("CREATE INDEX ix_email_g ON ix_bench (email) GLOBAL" if server.name == "tablegate"
+                       else "CREATE INDEX ix_email_g ON ix_bench (email)")
+                start = time.monotonic()
+                server.psql(sql, what="create global index")
+                globals_[(server.name, "build")] = {"seconds": time.monotonic() - start}
+                B.log(f"{server.name}: {sql} in {time.monotonic() - start:.2f} s")
+                r = measure_global(server, args.tenants, args.rows_per_tenant, args.ops, seed + 1, lookups=True)
+                B.log(f"{server.name}, email index: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in r.items()))
+                globals_[(server.name, "index")] = r
+                if server.name == "tablegate":
+                    r = measure_global(server, args.tenants, args.rows_per_tenant, args.ops, seed + 2,
+                                       lookups=True, scan=True)
+                    B.log(f"tablegate, index use off: lookup {r['lookup']:,.0f}/s")
+                    globals_[(server.name, "scan")] = r
+                    lags = [global_lag(server, args.tenants, 500, seed + 3 + k) for k in range(3)]
+                    B.log("tablegate global index lag after 500 inserts: "
+                          + ", ".join(f"{lag * 1000:.0f} ms (sent in {s:.2f} s)" for s, lag in lags))
+                    globals_[(server.name, "lag")] = {"lags": lags}
+                server.psql("DROP INDEX IF EXISTS ix_email_g", what="drop global index")
         finally:
             tg.stop()
             pg.stop(keep=False)
@@ -207,6 +285,38 @@ def main(argv: list[str]) -> int:
         f"UPDATE {pg1['update'] / pg0['update']:.2f}x, {pg2['update'] / pg0['update']:.2f}x).",
         f"- Lookup through the index against scanning the partition: **{tg1['lookup'] / tg1off['lookup']:.1f}x**; "
         f"against PostgreSQL's index: {tg1['lookup'] / pg1['lookup']:.2f}x.",
+        "",
+        "## A global index on email (lookups with no tenant)",
+        "",
+        "tablegate: `CREATE INDEX … GLOBAL` (an index table keyed by email; writes add a queue entry in their "
+        "own transaction, the gateway applies it after they return, lookups wait for it). PostgreSQL: a B-tree "
+        "on email. UPDATEs change `email` by key; lookups are `email = $1` (one row).",
+        "",
+        "| server | email index | INSERT/s | UPDATE email by key/s | lookup by email/s |",
+        "|---|---|---|---|---|",
+    ]
+    for name in ("tablegate", "PostgreSQL"):
+        none, ix = globals_[(name, "none")], globals_[(name, "index")]
+        lines.append(f"| {name} | none | {none['insert']:,.0f} | {none['update']:,.0f} | |")
+        lines.append(f"| {name} | {'global' if name == 'tablegate' else 'B-tree'} | {ix['insert']:,.0f} | "
+                     f"{ix['update']:,.0f} | {ix['lookup']:,.0f} |")
+    scan = globals_[("tablegate", "scan")]["lookup"]
+    lines.append(f"| tablegate | global, use_indexes off (full scan) | | | {scan:,.1f} |")
+    gn, gi, pn, pi = (globals_[("tablegate", "none")], globals_[("tablegate", "index")],
+                      globals_[("PostgreSQL", "none")], globals_[("PostgreSQL", "index")])
+    lags = globals_[("tablegate", "lag")]["lags"]
+    lines += [
+        "",
+        f"- Build over {total:,} rows: tablegate {globals_[('tablegate', 'build')]['seconds']:.1f} s, "
+        f"PostgreSQL {globals_[('PostgreSQL', 'build')]['seconds']:.1f} s.",
+        f"- Write cost of the global index: INSERT {gi['insert'] / gn['insert']:.2f}x, UPDATE of email "
+        f"{gi['update'] / gn['update']:.2f}x (PostgreSQL: {pi['insert'] / pn['insert']:.2f}x, "
+        f"{pi['update'] / pn['update']:.2f}x).",
+        f"- Lookup by email through the global index against the full scan: **{gi['lookup'] / scan:,.0f}x**; "
+        f"against PostgreSQL's B-tree: {gi['lookup'] / pi['lookup']:.2f}x.",
+        "- Lag after 500 single-row INSERTs from one client (time from the last acknowledgement until "
+        "`tablegate.indexes.pending_partitions` was 0): "
+        + ", ".join(f"{lag * 1000:.0f} ms" for _, lag in lags) + ".",
         "",
         "| machine | |", "|---|---|",
     ]

@@ -1,7 +1,9 @@
 //! `tablegate index verify|repair TABLE`: checks that every partition's
 //! local index entries are exactly those its rows call for, and repairs
 //! drift (missing entries written, stale ones deleted), one partition at a
-//! time, on the data directory of a stopped server. Writes keep entries
+//! time, on the data directory of a stopped server. Global indexes: the
+//! changes still queued are applied first (as a server's start would),
+//! then each index table is compared with its rows. Writes keep entries
 //! in the rows' own entity-group transactions, so drift means a bug or a
 //! store changed by another client; Cassandra's materialized views showed
 //! what an index without a way to find and fix drift costs its users.
@@ -10,6 +12,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use tablegate_planner::Planner;
+use tablegate_planner::global;
 use tablegate_planner::index::{self, Check};
 use tablegate_store::{PartitionConfig, RetryPolicy};
 
@@ -57,15 +60,34 @@ pub async fn run(args: IndexArgs) -> Result<(), String> {
             c.partitions, c.rows, c.entries, c.missing, c.stale
         );
     };
-    let c = index::verify(
-        planner.store(),
-        &table,
-        repair,
-        &RetryPolicy::default(),
-        &progress,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let retry = RetryPolicy::default();
+    let mut c = index::verify(planner.store(), &table, repair, &retry, &progress)
+        .await
+        .map_err(|e| e.to_string())?;
+    if table.indexes.iter().any(|i| i.global) {
+        eprintln!("  applying the global indexes' queued changes");
+        while !planner
+            .maintainer()
+            .caught_up(&table.name, std::time::Duration::from_secs(2))
+            .await
+        {
+            let lag = planner.maintainer().lag(&table.name);
+            eprintln!(
+                "  {} partitions with queued changes left, {} rows applied",
+                lag.partitions, lag.applied
+            );
+        }
+    }
+    for ix in table.indexes.iter().filter(|i| i.global) {
+        let g = global::verify(planner.store(), &table, ix, repair, &retry)
+            .await
+            .map_err(|e| e.to_string())?;
+        c.entries += g.entries;
+        c.missing += g.missing;
+        c.stale += g.stale;
+        c.repaired += g.repaired;
+        c.examples.extend(g.examples);
+    }
     for e in &c.examples {
         println!("{e}");
     }

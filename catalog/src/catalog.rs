@@ -94,6 +94,29 @@ pub struct Catalog {
     /// at the next one if still without (a gateway creating a table
     /// records its definition right after creating it).
     unrecorded: Mutex<Vec<String>>,
+    /// Told of every write that left global index queue entries.
+    queued: RwLock<Option<QueueListener>>,
+}
+
+/// Told which partitions of a table now hold global index queue entries
+/// (see [`crate::index`]): the planner's maintainer listens. It lives here
+/// because every write path holds the catalog.
+#[derive(Clone)]
+pub struct QueueListener(pub Arc<QueuedFn>);
+
+/// What a [`QueueListener`] calls: (table, PartitionKeys).
+pub type QueuedFn = dyn Fn(&str, &[String]) + Send + Sync;
+
+impl std::fmt::Debug for QueueListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QueueListener")
+    }
+}
+
+/// Whether a store table holds a global index (never a user's table).
+fn is_global_table(name: &str) -> bool {
+    name.to_ascii_lowercase()
+        .starts_with(crate::index::GLOBAL_TABLE_PREFIX)
 }
 
 /// The key columns of an attached table.
@@ -133,6 +156,7 @@ impl Catalog {
             dropped: Mutex::new(BTreeMap::new()),
             version: Default::default(),
             unrecorded: Mutex::new(Vec::new()),
+            queued: RwLock::new(None),
         })
     }
 
@@ -146,6 +170,7 @@ impl Catalog {
         c.shared = true;
         for t in c.data.list_tables().await? {
             if c.table(&t.name).is_err()
+                && !is_global_table(&t.name)
                 && let Err(e) = c.attach(&t.name).await
             {
                 // One unreadable table must not keep the others away.
@@ -219,6 +244,21 @@ impl Catalog {
             dropped: Mutex::new(BTreeMap::new()),
             version: Default::default(),
             unrecorded: Mutex::new(Vec::new()),
+            queued: RwLock::new(None),
+        }
+    }
+
+    /// Sets who is told of writes that left queue entries.
+    pub fn on_queued(&self, listener: QueueListener) {
+        *self.queued.write() = Some(listener);
+    }
+
+    /// Tells the listener that partitions `pks` of `table` hold queue
+    /// entries.
+    pub fn queued(&self, table: &str, pks: &[String]) {
+        let l = self.queued.read().clone();
+        if let Some(l) = l {
+            (l.0)(table, pks);
         }
     }
 
@@ -320,7 +360,7 @@ impl Catalog {
         let mut unrecorded = Vec::new();
         for t in self.data.list_tables().await? {
             let lower = t.name.to_ascii_lowercase();
-            if self.table(&t.name).is_ok() || quiet.contains(&lower) {
+            if self.table(&t.name).is_ok() || quiet.contains(&lower) || is_global_table(&lower) {
                 continue;
             }
             if !seen_before.contains(&lower) {
@@ -347,6 +387,13 @@ impl Catalog {
     /// CREATE TABLE [IF NOT EXISTS].
     pub async fn create_table(&self, def: TableDef, if_not_exists: bool) -> Result<Created> {
         let _ddl = self.ddl.lock().await;
+        if is_global_table(&def.name) {
+            return Err(StoreError::InvalidTableName {
+                name: def.name,
+                reason: "names that start with \"tgix\" are reserved for the tables of global indexes",
+            }
+            .into());
+        }
         if self.relation_named(&def.name) {
             return if if_not_exists {
                 Ok(Created::AlreadyExisted)
@@ -411,6 +458,7 @@ impl Catalog {
                 })
             };
         }
+        let def = self.table(name)?;
         let lower = name.to_ascii_lowercase();
         // Forget the definition first: a crash then leaves an orphan store
         // table (adopted by the next CREATE), never a definition without data.
@@ -427,10 +475,14 @@ impl Catalog {
             .await?;
         self.tables.write().remove(&lower);
         self.changed();
-        match self.data.drop_table(name).await {
-            Ok(()) | Err(StoreError::TableNotFound { .. }) => Ok(true),
-            Err(e) => Err(e.into()),
+        let globals = def.indexes.iter().filter(|i| i.global);
+        for table in std::iter::once(name.to_owned()).chain(globals.map(|i| i.global_table(name))) {
+            match self.data.drop_table(&table).await {
+                Ok(()) | Err(StoreError::TableNotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
+        Ok(true)
     }
 
     /// ALTER TABLE ADD COLUMN [IF NOT EXISTS]; returns whether it was added.
@@ -467,6 +519,7 @@ impl Catalog {
         name: &str,
         columns: &[String],
         unique: bool,
+        global: bool,
         if_not_exists: bool,
     ) -> Result<Option<Arc<TableDef>>> {
         let _ddl = self.ddl.lock().await;
@@ -480,7 +533,7 @@ impl Catalog {
                 })
             };
         }
-        self.change(def.with_index(name, columns, unique)?)
+        self.change(def.with_index(name, columns, unique, global)?)
             .await
             .map(Some)
     }

@@ -27,6 +27,22 @@
 //!   names its base entity in [`BASE_PROPERTY`]; a non-unique entry, or a
 //!   unique one holding a NULL (NULLs are distinct, as in PostgreSQL), ends
 //!   with the base RowKey.
+//!
+//! **Global indexes** (`CREATE INDEX … GLOBAL`, the seeds' Index Table
+//! pattern) live in a table of their own, [`IndexDef::global_table`],
+//! keyed by value across every partition:
+//!
+//! ```text
+//! forward: PartitionKey = the first column's component
+//!          RowKey       = the other components · base PK length (4 hex) · base PK · base RowKey
+//! reverse: PartitionKey = base PK, RowKey = U+10FFFF · base RowKey  (which forward entry is the row's)
+//! ```
+//!
+//! A write does not touch them: it leaves a queue entry
+//! ([`queue_key`]: U+10FFFF `q.` base RowKey) in the row's own
+//! partition, in the row's own entity-group transaction, and the gateway's
+//! maintainer brings the index table up to date from it (the seeds'
+//! eventually-consistent-transactions pattern).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -69,6 +85,42 @@ pub struct IndexDef {
     /// lookups do not use it yet.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub building: bool,
+    /// CREATE INDEX … GLOBAL: entries in an index table of their own,
+    /// maintained asynchronously (see the module's summary).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub global: bool,
+}
+
+/// Names of the stores' tables that hold global indexes start with this
+/// (a user table may not).
+pub const GLOBAL_TABLE_PREFIX: &str = "tgix";
+
+/// The first characters of a queue entry's RowKey: the base row after
+/// them changed, and its global index entries are due.
+pub const QUEUE_ROW_PREFIX: &str = "\u{10FFFF}q.";
+
+/// The queue entry of base row `base_rk` (in the row's partition).
+pub fn queue_key(base_rk: &str) -> String {
+    format!("{QUEUE_ROW_PREFIX}{base_rk}")
+}
+
+/// Every queue entry's RowKey.
+pub fn queue_entries() -> KeyInterval {
+    KeyInterval::prefix(QUEUE_ROW_PREFIX)
+}
+
+/// The property of a global index entry naming its base entity's
+/// PartitionKey (its RowKey is [`BASE_PROPERTY`]).
+pub const BASE_PK_PROPERTY: &str = "tg_base_pk";
+
+/// The properties of a reverse entry naming the row's forward entry.
+pub const FORWARD_PK_PROPERTY: &str = "tg_fwd_pk";
+/// See [`FORWARD_PK_PROPERTY`].
+pub const FORWARD_RK_PROPERTY: &str = "tg_fwd_rk";
+
+/// The reverse entry's keys (in the index table) of base row (`pk`, `rk`).
+pub fn reverse_key(pk: &str, rk: &str) -> (String, String) {
+    (pk.to_owned(), format!("{INDEX_ROW_PREFIX}{rk}"))
 }
 
 /// One index entry: its RowKey and the base entity's.
@@ -81,6 +133,103 @@ pub struct Entry {
 }
 
 impl IndexDef {
+    /// The store table holding a global index's entries of table `table`:
+    /// a hash of the table's name and the index id, so a table dropped
+    /// and created again under its name reuses no leftover.
+    pub fn global_table(&self, table: &str) -> String {
+        // FNV-1a: stable across builds and platforms.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in table.bytes().chain([0]).chain(self.id.to_le_bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{GLOBAL_TABLE_PREFIX}{h:016x}{}", self.id)
+    }
+
+    /// The forward entry (PartitionKey, RowKey) of a global index for base
+    /// row (`base_pk`, `base_rk`) with these properties; an error when a
+    /// key would exceed the store's key length.
+    pub fn global_entry(
+        &self,
+        table: &TableDef,
+        props: &BTreeMap<String, Value>,
+        base_pk: &str,
+        base_rk: &str,
+    ) -> Result<(String, String)> {
+        let mut comps = Vec::with_capacity(self.columns.len());
+        for c in &self.columns {
+            let mut k = String::new();
+            match props.get(c) {
+                Some(v) => component(&mut k, v),
+                None => k.push_str("~!"),
+            }
+            comps.push(k);
+        }
+        let pk = comps[0].clone();
+        let mut rk = comps[1..].concat();
+        let _ = write!(rk, "{:04x}", base_pk.encode_utf16().count());
+        rk.push_str(base_pk);
+        rk.push_str(base_rk);
+        let reverse = reverse_key(base_pk, base_rk).1;
+        for key in [&pk, &rk, &reverse] {
+            let units = key.encode_utf16().count();
+            if units > limits::MAX_KEY_UTF16 {
+                return Err(CatalogError::IndexRowTooLong {
+                    index: self.name.clone(),
+                    table: table.name.clone(),
+                    units,
+                });
+            }
+        }
+        Ok((pk, rk))
+    }
+
+    /// Where in its index table a global index lookup reads, for the
+    /// local entry RowKeys `local` ([`IndexDef::lookup_prefix`],
+    /// [`IndexDef::lookup_range`], [`IndexDef::lookup_text_prefix`]) with
+    /// `eq` leading equalities: the same order, with the first component
+    /// as PartitionKey.
+    pub fn global_lookup(
+        &self,
+        table: &TableDef,
+        eq: &[Value],
+        local: &KeyInterval,
+    ) -> Option<KeyBox> {
+        let pre = self.prefix();
+        let strip = |b: &Bound<String>, by: &str| -> Option<Bound<String>> {
+            Some(match b {
+                Bound::Included(k) => Bound::Included(k.strip_prefix(by)?.to_owned()),
+                Bound::Excluded(k) => Bound::Excluded(k.strip_prefix(by)?.to_owned()),
+                Bound::Unbounded => Bound::Unbounded,
+            })
+        };
+        let rows = user_rows();
+        if eq.is_empty() {
+            return Some(KeyBox {
+                pk: KeyInterval {
+                    lo: strip(&local.lo, &pre)?,
+                    hi: strip(&local.hi, &pre)?,
+                },
+                rk: rows,
+            });
+        }
+        let first = self.lookup_prefix(table, &eq[..1])?;
+        let pk = first.strip_prefix(&pre)?.to_owned();
+        let all = self.lookup_prefix(table, eq)?;
+        let rk = if *local == KeyInterval::prefix(&all) {
+            KeyInterval::prefix(&all[first.len()..])
+        } else {
+            KeyInterval {
+                lo: strip(&local.lo, &first)?,
+                hi: strip(&local.hi, &first)?,
+            }
+        };
+        Some(KeyBox {
+            pk: KeyInterval::point(pk),
+            rk: rk.intersect(&rows),
+        })
+    }
+
     /// The RowKey prefix every entry of this index starts with.
     pub fn prefix(&self) -> String {
         format!("{INDEX_ROW_PREFIX}{:04}.", self.id)
@@ -265,8 +414,8 @@ fn hex(key: &mut String, bytes: &[u8]) {
     }
 }
 
-/// The entries of every index of `table` for a base entity with these
-/// properties, in index order.
+/// The entries of every local index of `table` for a base entity with
+/// these properties, in index order.
 pub fn entries(
     table: &TableDef,
     props: &BTreeMap<String, Value>,
@@ -276,6 +425,7 @@ pub fn entries(
         .indexes
         .iter()
         .enumerate()
+        .filter(|(_, def)| !def.global)
         .map(|(index, def)| {
             Ok(Entry {
                 index,
@@ -343,6 +493,7 @@ mod tests {
             columns: vec!["age".into(), "name".into()],
             unique: false,
             building: false,
+            global: false,
         });
         t
     }

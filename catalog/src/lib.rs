@@ -23,7 +23,7 @@ pub mod keycodec;
 pub mod table;
 pub mod types;
 
-pub use catalog::{CATALOG_TABLE, Catalog, Created, REFRESH_EVERY};
+pub use catalog::{CATALOG_TABLE, Catalog, Created, QueueListener, REFRESH_EVERY};
 pub use error::{CatalogError, Result};
 pub use index::{INDEX_ROW_PREFIX, IndexDef};
 pub use table::{

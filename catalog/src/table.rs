@@ -260,10 +260,22 @@ impl TableDef {
         Ok(def)
     }
 
-    /// Adds a local index on property columns (CREATE INDEX).
-    pub fn with_index(&self, name: &str, columns: &[String], unique: bool) -> Result<TableDef> {
+    /// Adds an index on property columns (CREATE INDEX), local or global.
+    pub fn with_index(
+        &self,
+        name: &str,
+        columns: &[String],
+        unique: bool,
+        global: bool,
+    ) -> Result<TableDef> {
         let invalid =
             |reason: String, hint: &'static str| CatalogError::InvalidIndex { reason, hint };
+        if unique && global {
+            return Err(invalid(
+                "a global index cannot be UNIQUE: it is maintained after the write is acknowledged, too late to refuse a duplicate".into(),
+                "a local UNIQUE index enforces uniqueness within each partition, in the write's own transaction",
+            ));
+        }
         if self.indexes.len() >= MAX_INDEXES_PER_TABLE {
             return Err(invalid(
                 format!(
@@ -312,6 +324,7 @@ impl TableDef {
             columns: columns.to_vec(),
             unique,
             building: true,
+            global,
         });
         Ok(def)
     }

@@ -2,6 +2,7 @@
 //! statements to catalog definitions.
 
 use sqlparser::ast::{self, ColumnOption, TableConstraint};
+use sqlparser::dialect::PostgreSqlDialect;
 use tablegate_catalog::{Column, ColumnDefault, SqlType, TableDef};
 
 use crate::error::{PlanError, Result};
@@ -235,9 +236,84 @@ pub fn alter_table(at: &ast::AlterTable) -> Result<(String, Column, bool)> {
     }
 }
 
-/// `CREATE [UNIQUE] INDEX [IF NOT EXISTS] [name] ON t (c, …)`: a local
-/// index (see [`crate::index`]). Expressions, partial indexes, INCLUDE and
-/// `USING` are refused by name.
+/// `CREATE INDEX … GLOBAL` as text sqlparser reads: each statement that
+/// starts `CREATE [UNIQUE] INDEX` and ends with the word GLOBAL gets
+/// `WITH (global = true)` in its place. `None` when no statement does.
+pub fn global_index_syntax(sql: &str) -> Option<String> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let word = |t: &Token, w: &str| matches!(t, Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    let mut out = String::with_capacity(sql.len() + 32);
+    let mut changed = false;
+    for stmt in tokens.split_inclusive(|t| *t == Token::SemiColon) {
+        let sig: Vec<usize> = (0..stmt.len())
+            .filter(|&i| !matches!(stmt[i], Token::Whitespace(_) | Token::SemiColon))
+            .collect();
+        let at = |k: usize| sig.get(k).map(|&i| &stmt[i]);
+        let is_index = at(0).is_some_and(|t| word(t, "create"))
+            && (at(1).is_some_and(|t| word(t, "index"))
+                || (at(1).is_some_and(|t| word(t, "unique"))
+                    && at(2).is_some_and(|t| word(t, "index"))));
+        let last = sig.last().copied();
+        for (i, t) in stmt.iter().enumerate() {
+            if is_index && Some(i) == last && word(t, "global") {
+                out.push_str("WITH (global = true)");
+                changed = true;
+            } else {
+                out.push_str(&t.to_string());
+            }
+        }
+    }
+    changed.then_some(out)
+}
+
+/// Whether CREATE INDEX's `WITH (…)` asks for a global index (`global =
+/// true`, or `CREATE INDEX … GLOBAL`); any other option is refused.
+fn global_option(with: &[ast::Expr]) -> Result<bool> {
+    let mut global = false;
+    for e in with {
+        let on = match e {
+            ast::Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::Eq,
+                right,
+            } if matches!(&**left, ast::Expr::Identifier(i) if i.value.eq_ignore_ascii_case("global")) => {
+                match &**right {
+                    ast::Expr::Value(v) => match &v.value {
+                        ast::Value::Boolean(b) => Some(*b),
+                        ast::Value::SingleQuotedString(s) => {
+                            match s.to_ascii_lowercase().as_str() {
+                                "true" | "on" => Some(true),
+                                "false" | "off" => Some(false),
+                                _ => None,
+                            }
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match on {
+            Some(b) => global = b,
+            None => {
+                return Err(PlanError::Unsupported {
+                    feature: format!("CREATE INDEX with the option {e}"),
+                    hint:
+                        "the one option is WITH (global = true), also written CREATE INDEX … GLOBAL"
+                            .into(),
+                });
+            }
+        }
+    }
+    Ok(global)
+}
+
+/// `CREATE [UNIQUE] INDEX [IF NOT EXISTS] [name] ON t (c, …) [GLOBAL]`: a
+/// local index (see [`crate::index`]), or a global one
+/// ([`crate::global`]). Expressions, partial indexes, INCLUDE and `USING`
+/// are refused by name.
 pub fn create_index(ci: &ast::CreateIndex) -> Result<crate::Plan> {
     let refuse = |what: &str, hint: &str| PlanError::Unsupported {
         feature: format!("CREATE INDEX with {what}"),
@@ -252,12 +328,13 @@ pub fn create_index(ci: &ast::CreateIndex) -> Result<crate::Plan> {
             "a lookup reads the base entity anyway; leave INCLUDE out",
         ));
     }
-    if ci.using.is_some() || !ci.with.is_empty() {
+    if ci.using.is_some() {
         return Err(refuse(
-            "USING / WITH options",
-            "a local index is an ordered run of index entities in each partition; leave the options out",
+            "USING",
+            "a local index is an ordered run of index entities in each partition, a GLOBAL one a table of its own; leave USING out",
         ));
     }
+    let global = global_option(&ci.with)?;
     let table = object_name(&ci.table_name)?;
     let mut columns = Vec::new();
     for c in &ci.columns {
@@ -287,6 +364,7 @@ pub fn create_index(ci: &ast::CreateIndex) -> Result<crate::Plan> {
         name,
         columns,
         unique: ci.unique,
+        global,
         if_not_exists: ci.if_not_exists,
     })
 }

@@ -36,6 +36,7 @@ use tablegate_store::{
 use tokio::sync::mpsc;
 
 use crate::error::{PlanError, Result};
+use crate::global::Maintainer;
 use crate::index;
 use crate::keys::AccessClass;
 use crate::plan::{BoundSelect, OutputColumn, Route};
@@ -80,6 +81,10 @@ impl Default for ExecOptions {
 pub struct Actuals {
     /// Entities the store read.
     pub scanned: u64,
+    /// A global index the run could have used but did not: this gateway
+    /// had not applied the changes before it within
+    /// [`crate::global::CATCH_UP_WAIT`].
+    pub index_skipped: Option<String>,
     /// Rows returned.
     pub returned: u64,
     /// Pages read.
@@ -186,7 +191,9 @@ fn check_native(b: &BoundSelect, opts: &ExecOptions) -> Result<()> {
             ),
         });
     }
-    if b.access.class == AccessClass::FullScan && !opts.allow_full_scan {
+    // A global index lookup is not a full scan.
+    let global = opts.use_indexes && crate::global::choose(&b.plan.table, &b.access).is_some();
+    if b.access.class == AccessClass::FullScan && !opts.allow_full_scan && !global {
         return Err(PlanError::FullScanRefused {
             table: b.plan.table.name.clone(),
             hint: format!(
@@ -201,6 +208,17 @@ fn check_native(b: &BoundSelect, opts: &ExecOptions) -> Result<()> {
 /// Starts a bound SELECT on the native path. Takes the bound query: its
 /// task owns it (a copy per execution was measurable on point lookups).
 pub fn execute(store: &Backend, b: BoundSelect, opts: &ExecOptions) -> Result<RowStream> {
+    execute_indexed(store, None, b, opts)
+}
+
+/// [`execute`], with global indexes read when `global` (this gateway's
+/// maintainer, which lookups wait for) is given.
+pub fn execute_indexed(
+    store: &Backend,
+    global: Option<&Arc<Maintainer>>,
+    b: BoundSelect,
+    opts: &ExecOptions,
+) -> Result<RowStream> {
     check_native(&b, opts)?;
     let schema = b.plan.result_schema();
     let actuals = Arc::new(Mutex::new(Actuals::default()));
@@ -208,6 +226,7 @@ pub fn execute(store: &Backend, b: BoundSelect, opts: &ExecOptions) -> Result<Ro
     let class = b.access.class;
     let task = Task {
         store: store.clone(),
+        global: global.cloned(),
         b,
         opts: opts.clone(),
         out: Out::Batches(schema.clone(), tx),
@@ -240,6 +259,7 @@ pub fn scan_entities(store: &Backend, b: &BoundSelect, opts: &ExecOptions) -> Re
     let (tx, rx) = mpsc::channel(2);
     let task = Task {
         store: store.clone(),
+        global: None,
         b: b.clone(),
         opts: opts.clone(),
         out: Out::Entities(tx),
@@ -273,6 +293,7 @@ impl Out {
 
 struct Task {
     store: Backend,
+    global: Option<Arc<Maintainer>>,
     b: BoundSelect,
     opts: ExecOptions,
     out: Out,
@@ -318,23 +339,58 @@ impl Task {
         }
     }
 
-    /// Replaces whole-partition spans by the base entities an index lookup
-    /// names (see [`crate::index`]), when the query allows one.
+    /// Replaces the spans by the base entities an index lookup names (see
+    /// [`crate::index`], [`crate::global`]), when the query allows one.
     async fn use_index(&mut self) -> Result<()> {
         if crate::explain::IndexUse::of(&self.opts, &self.b.plan.table.name)
             != crate::explain::IndexUse::On
         {
             return Ok(());
         }
-        let Some(p) = index::choose(&self.b.plan.table, &self.b.access) else {
+        let table = &self.b.plan.table;
+        let (index, found) = if let Some(p) = index::choose(table, &self.b.access) {
+            let found = index::probe(&self.store, table, &p, &self.opts.retry).await?;
+            (p.index, found)
+        } else if let (Some(m), Some((p, span))) =
+            (&self.global, crate::global::choose(table, &self.b.access))
+        {
+            let i = p.index;
+            if !m.caught_up(&table.name, crate::global::CATCH_UP_WAIT).await {
+                // Too far behind to answer from: scan instead.
+                let name = &table.indexes[i].name;
+                if self.b.access.class == AccessClass::FullScan && !self.opts.allow_full_scan {
+                    return Err(PlanError::FullScanRefused {
+                        table: table.name.clone(),
+                        hint: format!(
+                            "global index \"{name}\" is behind this gateway's writes (see tablegate.indexes); try again, or SET tablegate.allow_full_scan = on"
+                        ),
+                    });
+                }
+                self.actuals.lock().index_skipped = Some(name.clone());
+                return Ok(());
+            }
+            let mut found = crate::global::probe(
+                &self.store,
+                table,
+                &table.indexes[i],
+                &span,
+                &self.opts.retry,
+            )
+            .await?;
+            // Only rows the query's own key ranges hold are its rows.
+            let spans = &self.b.access.spans;
+            found
+                .keys
+                .retain(|(pk, rk)| spans.iter().any(|s| s.contains(pk, rk)));
+            (i, found)
+        } else {
             return Ok(());
         };
-        let found = index::probe(&self.store, &self.b.plan.table, &p, &self.opts.retry).await?;
         {
             let mut a = self.actuals.lock();
             a.scanned += found.entries;
             a.pages += found.requests;
-            a.index = Some(self.b.plan.table.indexes[p.index].name.clone());
+            a.index = Some(table.indexes[index].name.clone());
         }
         let access = &mut self.b.access;
         access.spans = found

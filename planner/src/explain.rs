@@ -214,14 +214,17 @@ fn min_time(est: &Estimate, class: AccessClass, t: &Targets) -> Duration {
 /// partition, then one point lookup per row they name (`returned` holds
 /// the entries, `requests` pages plus lookups).
 pub fn index_lookup(b: &BoundSelect, est: &Estimate) -> Option<(String, Estimate)> {
-    let p = crate::index::choose(&b.plan.table, &b.access)?;
+    let (p, global) = chosen(b)?;
     let name = b.plan.table.indexes[p.index].name.clone();
     let entries = est.returned;
-    let partitions = p.partitions.len() as u64;
+    // A global index's entries are read from its own table: one partition
+    // for an equality on its first column.
+    let partitions = if global { 1 } else { p.partitions.len() as u64 };
     let requests = partitions + entries.div_ceil(1000).saturating_sub(1) + entries;
     // Entries and rows both count against the 2,000 entities/s partition
-    // target; the partitions are read one after another.
-    let reads = 2 * entries;
+    // target; the partitions are read one after another. A global index's
+    // rows are spread over their own partitions: its entries bound it.
+    let reads = if global { entries } else { 2 * entries };
     let min_time = Duration::from_secs_f64(reads as f64 / 2_000.0);
     Some((
         name,
@@ -232,6 +235,14 @@ pub fn index_lookup(b: &BoundSelect, est: &Estimate) -> Option<(String, Estimate
             ..Estimate::default()
         },
     ))
+}
+
+/// The index lookup a run of `b` makes, and whether the index is global.
+fn chosen(b: &BoundSelect) -> Option<(crate::index::Probe, bool)> {
+    match crate::index::choose(&b.plan.table, &b.access) {
+        Some(p) => Some((p, false)),
+        None => crate::global::choose(&b.plan.table, &b.access).map(|(p, _)| (p, true)),
+    }
 }
 
 /// Whether a run looks rows up through an index EXPLAIN finds.
@@ -280,7 +291,7 @@ fn index_lines(b: &BoundSelect, est: &Estimate, indexes: IndexUse) -> Vec<String
         return Vec::new();
     }
     let ix = b.plan.table.index(&name).expect("chosen from the table");
-    let p = crate::index::choose(&b.plan.table, &b.access).expect("chosen above");
+    let (p, global) = chosen(b).expect("chosen above");
     let used: Vec<String> = ix
         .columns
         .iter()
@@ -296,11 +307,22 @@ fn index_lines(b: &BoundSelect, est: &Estimate, indexes: IndexUse) -> Vec<String
             }
         })
         .collect();
-    let mut l = vec![format!(
-        "  Index Lookup: {name} ({}) by {} in each PartitionKey, then a point lookup of each row it names; the filter is checked again on every row",
-        ix.columns.join(", "),
-        used.join(" and ")
-    )];
+    let mut l = vec![if global {
+        format!(
+            "  Index Lookup: global index {name} ({}) by {} in its own table, then a point lookup of each row it names; the filter is checked again on every row",
+            ix.columns.join(", "),
+            used.join(" and ")
+        )
+    } else {
+        format!(
+            "  Index Lookup: {name} ({}) by {} in each PartitionKey, then a point lookup of each row it names; the filter is checked again on every row",
+            ix.columns.join(", "),
+            used.join(" and ")
+        )
+    }];
+    if global {
+        l.push("  Staleness: the lookup first waits (up to 5 s, else it scans) until this gateway has applied every change acknowledged before it began; changes through other gateways appear once theirs apply them (tablegate.indexes shows the lag)".into());
+    }
     l.extend(costs_line(
         &with,
         est,
@@ -353,7 +375,10 @@ pub fn advice(b: &BoundSelect, est: &Estimate) -> Vec<String> {
         if let Some(r) = &access.residual {
             equality_columns(r, &mut eq);
         }
-        if let Some(col) = eq.first() {
+        // A global index already turns it into a lookup.
+        if let Some(col) = eq.first()
+            && crate::index::choose_among(table, access, true).is_none()
+        {
             out.push(format!(
                 "Full scan filtered on {col}: if this query is frequent, {col} would make a better PartitionKey (or key a second copy of each row by it, the seeds' duplicate-row pattern), turning it into a point or row-range query."
             ));
@@ -408,6 +433,20 @@ pub fn advice(b: &BoundSelect, est: &Estimate) -> Vec<String> {
             let tag: String = p.to_uppercase().chars().take(3).collect();
             out.push(format!(
                 "Filtering on {p} reads every row of the span. The seeds' duplicate-row pattern writes each entity a second time, in the same entity-group transaction, under a RowKey such as '{tag}:<{p}>__<rowkey>' (like BIB: and AGE: rows); a RowKey range on '{tag}:' then finds rows by {p} directly. CREATE INDEX ON {} ({p}) keeps such rows for you, and `{p} = …` then reads only the matching ones.",
+                table.name
+            ));
+        }
+        if let Some(p) = props.first()
+            && access.class == AccessClass::FullScan
+            && crate::index::choose_among(table, access, true).is_none()
+        {
+            let without = if table.keyless() {
+                String::new()
+            } else {
+                format!(" with no condition on {}", table.partition_key)
+            };
+            out.push(format!(
+                "Filtering on {p}{without} reads every partition. The seeds' Index Table pattern keeps a second table keyed by {p}, maintained eventually consistently: CREATE INDEX ON {} ({p}) GLOBAL does so for you, and `{p} = …` then reads only the matching rows.",
                 table.name
             ));
         }
@@ -547,6 +586,11 @@ pub fn render_text(
         if let Some(ix) = &x.index {
             l.push(format!(
                 "  Actual: rows found through index {ix} (its entries count as scanned, each row as a point lookup)"
+            ));
+        }
+        if let Some(ix) = &x.index_skipped {
+            l.push(format!(
+                "  Actual: global index {ix} not used: this gateway had not applied the changes before the query within 5 s, so the table was scanned"
             ));
         }
         if x.probes > 0 {

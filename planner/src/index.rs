@@ -34,11 +34,13 @@ use crate::error::{PlanError, Result, TxnRule};
 use crate::keys::Access;
 
 /// How many of the 100 operations of an entity-group transaction one row
-/// written to `table` may need: its own and, per index, an entry removed
-/// and one added (an insert or a delete needs half of those).
+/// written to `table` may need: its own, per local index an entry removed
+/// and one added (an insert or a delete needs half of those), and with
+/// global indexes one queue entry.
 pub fn ops_per_row(table: &TableDef, changes_values: bool) -> usize {
-    let n = table.indexes.len();
-    1 + if changes_values { 2 * n } else { n }
+    let n = table.indexes.iter().filter(|i| !i.global).count();
+    let queue = usize::from(table.indexes.iter().any(|i| i.global));
+    1 + queue + if changes_values { 2 * n } else { n }
 }
 
 /// Rows of `table` that fit one entity-group transaction.
@@ -108,6 +110,9 @@ struct Owner {
     index: Option<usize>,
 }
 
+/// [`Owner::index`] of a global index queue entry.
+const QUEUE: usize = usize::MAX;
+
 /// The entry entity of `entry` for base RowKey `base_rk`.
 fn entry_write(pk: &str, entry: &Entry, base_rk: &str) -> EntityWrite {
     EntityWrite::new(pk, entry.row_key.clone()).with(BASE_PROPERTY, Value::String(base_rk.into()))
@@ -137,6 +142,7 @@ pub async fn execute(
     if table.indexes.is_empty() {
         return Ok(with_retry(retry, stats, || store.execute(&table.name, base.clone())).await?);
     }
+    let global = table.indexes.iter().any(|i| i.global);
     // Entries found already gone (a delete) or already this entity's (an
     // add): left out of the next attempt.
     let mut settled: BTreeSet<String> = BTreeSet::new();
@@ -177,6 +183,13 @@ pub async fn execute(
                 Some(p) => layout::entries(table, p, rk)?,
                 None => Vec::new(),
             };
+            if let Some(p) = &state {
+                // A row a global index could not hold is refused now, not
+                // found later by the maintainer.
+                for ix in table.indexes.iter().filter(|i| i.global) {
+                    ix.global_entry(table, p, pk, rk)?;
+                }
+            }
             states.push(state);
             ops.push(conditional(op, old.as_ref()));
             owners.push(Owner {
@@ -216,13 +229,26 @@ pub async fn execute(
                 });
             }
         }
-        let (ops, owners) = one_per_entry(table, ops, owners, &states)?;
+        let (mut ops, mut owners) = one_per_entry(table, ops, owners, &states)?;
+        if global {
+            for (i, op) in base.iter().enumerate() {
+                let (pk, rk) = op.keys();
+                ops.push(crate::global::queue_write(pk, rk));
+                owners.push(Owner {
+                    base: i,
+                    index: Some(QUEUE),
+                });
+            }
+        }
         if ops.len() > limits::MAX_BATCH_OPERATIONS {
             return Err(too_many(table, base.len(), ops.len()));
         }
         let ops: Arc<[Operation]> = ops.into();
         match with_retry(retry, stats, || store.execute(&table.name, ops.clone())).await {
             Ok(outcomes) => {
+                if global && let Some(op) = base.first() {
+                    catalog.queued(&table.name, &[op.keys().0.to_owned()]);
+                }
                 return Ok(outcomes
                     .into_iter()
                     .zip(&owners)
@@ -232,7 +258,7 @@ pub async fn execute(
             }
             Err(StoreError::BatchOperationFailed { index, source }) => {
                 let owner = owners[index.min(owners.len() - 1)];
-                let Some(ix) = owner.index else {
+                let Some(ix) = owner.index.filter(|&ix| ix != QUEUE) else {
                     return Err(PlanError::Store(StoreError::BatchOperationFailed {
                         index: owner.base,
                         source,
@@ -466,24 +492,35 @@ pub struct Probe {
     pub partitions: Vec<String>,
     /// The entry RowKeys to read in each.
     pub rows: KeyInterval,
+    /// The values of the leading columns tested with `=`.
+    pub values: Vec<Value>,
 }
 
-/// The index lookup for `access` on `table`, if one applies: every span is
-/// a whole partition (`pk = X`, `pk IN (…)`) and the filter tests the
-/// leading column(s) of an index with `=`, and maybe the next one with a
-/// range (or, a text column, `LIKE 'text%'`). The index whose conditions cover the most leading columns wins
-/// (then a range over none, then a unique one).
+/// The local index lookup for `access` on `table`, if one applies: every
+/// span is a whole partition (`pk = X`, `pk IN (…)`) and the filter tests
+/// the leading column(s) of an index with `=`, and maybe the next one with
+/// a range (or, a text column, `LIKE 'text%'`). The index whose conditions
+/// cover the most leading columns wins (then a range over none, then a
+/// unique one).
 pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
-    if table.indexes.is_empty() || access.spans.is_empty() {
+    choose_among(table, access, false)
+}
+
+/// [`choose`] among the local indexes, or among the global ones (any
+/// spans: the lookup reads the index table; [`crate::global::choose`]).
+pub fn choose_among(table: &TableDef, access: &Access, global: bool) -> Option<Probe> {
+    if !table.indexes.iter().any(|i| i.global == global) || access.spans.is_empty() {
         return None;
     }
     let mut partitions = Vec::new();
-    for s in &access.spans {
-        let pk = s.pk.as_point()?;
-        if s.rk != KeyInterval::all() {
-            return None;
+    if !global {
+        for s in &access.spans {
+            let pk = s.pk.as_point()?;
+            if s.rk != KeyInterval::all() {
+                return None;
+            }
+            partitions.push(pk.to_owned());
         }
-        partitions.push(pk.to_owned());
     }
     let mut eq: BTreeMap<&str, &Value> = BTreeMap::new();
     let mut lower: BTreeMap<&str, (&Value, bool)> = BTreeMap::new();
@@ -528,7 +565,7 @@ pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
     }
     let mut best: Option<(usize, (usize, bool, bool))> = None;
     for (i, ix) in table.indexes.iter().enumerate() {
-        if ix.building {
+        if ix.building || ix.global != global {
             continue;
         }
         let n = ix
@@ -573,6 +610,7 @@ pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
         like,
         partitions,
         rows,
+        values,
     })
 }
 
@@ -799,17 +837,19 @@ async fn flush(
     }
 }
 
-/// Deletes every entry of `def` (DROP INDEX; also a failed CREATE INDEX's
-/// partial build).
+/// Deletes every entity of `table` whose RowKey is in `rows`, in every
+/// partition: a dropped index's entries ([`IndexDef::all_entries`]; also a
+/// failed CREATE INDEX's partial build), or the queue entries of a table
+/// left without global indexes.
 pub async fn drop_entries(
     store: &Backend,
     table: &str,
-    def: &IndexDef,
+    rows: &KeyInterval,
     retry: &RetryPolicy,
 ) -> Result<u64> {
     let q = Query::spans(vec![KeyBox {
         pk: KeyInterval::all(),
-        rk: def.all_entries(),
+        rk: rows.clone(),
     }])
     .with_projection(Vec::new());
     let mut deleted = 0;
@@ -955,6 +995,10 @@ async fn check_partition(
     // Entries of a UNIQUE value several rows share: left as they are.
     let mut dup: BTreeSet<String> = BTreeSet::new();
     for e in &entities {
+        if e.row_key.starts_with(layout::QUEUE_ROW_PREFIX) {
+            // A global index's queue entry: the maintainer's.
+            continue;
+        }
         if e.row_key.starts_with(tablegate_catalog::INDEX_ROW_PREFIX) {
             check.entries += 1;
             let base = match e.properties.get(BASE_PROPERTY) {

@@ -79,6 +79,7 @@ pub mod error;
 pub mod exec;
 pub mod explain;
 pub mod expr;
+pub mod global;
 pub mod identity;
 pub mod index;
 pub mod keys;
@@ -94,7 +95,7 @@ use sqlparser::ast::{self, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 use tablegate_catalog::{Catalog, CatalogError, Column, Created, REFRESH_EVERY, TableDef};
-use tablegate_store::{Backend, RetryPolicy, Value};
+use tablegate_store::{Backend, RetryPolicy, TableStore, Value};
 
 pub use apply::WriteOutcome;
 pub use error::{PlanError, Result, TxnRule};
@@ -169,6 +170,8 @@ pub enum Plan {
         columns: Vec<String>,
         /// UNIQUE.
         unique: bool,
+        /// GLOBAL: an index table across partitions ([`global`]).
+        global: bool,
         /// IF NOT EXISTS.
         if_not_exists: bool,
     },
@@ -243,6 +246,8 @@ pub struct Planner {
     identities: Arc<identity::Identities>,
     /// CREATE INDEX builds running on this gateway, by index name.
     builds: Arc<parking_lot::Mutex<std::collections::BTreeMap<String, IndexBuild>>>,
+    /// Applies queued changes to global indexes.
+    maintainer: Arc<global::Maintainer>,
 }
 
 /// A CREATE INDEX backfill under way on this gateway.
@@ -295,6 +300,7 @@ impl Planner {
             refresh_every(Arc::downgrade(&catalog));
         }
         Ok(Planner {
+            maintainer: global::Maintainer::start(&catalog),
             catalog,
             identities: Arc::new(identity::Identities::new(store.system())),
             store,
@@ -331,8 +337,14 @@ impl Planner {
         let _turn = budget::admit(sql)?;
         budget::check_text(sql)?;
         budget::on_parse_stack(sql, || {
-            let mut stmts =
-                Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| syntax_error(sql, e))?;
+            let parsed = Parser::parse_sql(&PostgreSqlDialect {}, sql).or_else(|e| {
+                // `CREATE INDEX … GLOBAL` is tablegate's own syntax.
+                match ddl::global_index_syntax(sql) {
+                    Some(text) => Parser::parse_sql(&PostgreSqlDialect {}, &text),
+                    None => Err(e),
+                }
+            });
+            let mut stmts = parsed.map_err(|e| syntax_error(sql, e))?;
             budget::check_tree(&mut stmts)?;
             Ok(stmts)
         })
@@ -587,10 +599,18 @@ impl Planner {
                 name,
                 columns,
                 unique,
+                global,
                 if_not_exists,
             } => {
-                self.create_index(table, name, columns, *unique, *if_not_exists, report)
-                    .await
+                self.create_index(
+                    table,
+                    name,
+                    columns,
+                    (*unique, *global),
+                    *if_not_exists,
+                    report,
+                )
+                .await
             }
             Plan::DropIndex { names, if_exists } => {
                 if !*if_exists {
@@ -609,13 +629,7 @@ impl Planner {
                             // before its entries go.
                             self.settle_writes().await;
                             if let Some(def) = table.index(n) {
-                                index::drop_entries(
-                                    &self.store,
-                                    &table.name,
-                                    def,
-                                    &RetryPolicy::default(),
-                                )
-                                .await?;
+                                self.drop_index_data(&table, def).await?;
                             }
                         }
                         Err(CatalogError::UnknownIndex { .. }) => missing.push(n.clone()),
@@ -636,21 +650,43 @@ impl Planner {
         }
     }
 
+    /// Deletes what an index dropped from `table` left in the store: a
+    /// local index's entries; a global index's table, and the queue
+    /// entries when no global index is left.
+    async fn drop_index_data(&self, table: &TableDef, def: &catalog::IndexDef) -> Result<()> {
+        let retry = RetryPolicy::default();
+        if !def.global {
+            index::drop_entries(&self.store, &table.name, &def.all_entries(), &retry).await?;
+            return Ok(());
+        }
+        match self.store.drop_table(&def.global_table(&table.name)).await {
+            Ok(()) | Err(tablegate_store::StoreError::TableNotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let left = self.catalog.table(&table.name).ok();
+        if left.is_some_and(|t| !t.indexes.iter().any(|i| i.global)) {
+            let queue = catalog::index::queue_entries();
+            index::drop_entries(&self.store, &table.name, &queue, &retry).await?;
+        }
+        Ok(())
+    }
+
     /// CREATE INDEX: records the index (writes maintain it from then on),
-    /// then writes the entries of the rows already there. A build that
-    /// fails (a UNIQUE index over duplicates) removes the index again.
+    /// then writes the entries of the rows already there (a global
+    /// index's: queues every row and waits for the maintainer). A build
+    /// that fails (a UNIQUE index over duplicates) removes the index again.
     async fn create_index(
         &self,
         table: &str,
         name: &str,
         columns: &[String],
-        unique: bool,
+        (unique, global): (bool, bool),
         if_not_exists: bool,
         report: &(dyn Fn(String) + Send + Sync),
     ) -> Result<DdlOutcome> {
         let Some(def) = self
             .catalog
-            .create_index(table, name, columns, unique, if_not_exists)
+            .create_index(table, name, columns, unique, global, if_not_exists)
             .await?
         else {
             return Ok(DdlOutcome {
@@ -689,7 +725,11 @@ impl Planner {
             }
         };
         let retry = RetryPolicy::default();
-        let backfilled = index::backfill(&self.store, &def, at, &retry, &progress).await;
+        let backfilled = if global {
+            self.build_global(&def, at, &retry, &progress).await
+        } else {
+            index::backfill(&self.store, &def, at, &retry, &progress).await
+        };
         let built = match backfilled {
             Ok(written) => self
                 .catalog
@@ -700,18 +740,21 @@ impl Planner {
             Err(e) => Err(e),
         };
         match built {
-            Ok(written) => {
-                let n = def.indexes.len();
-                Ok(DdlOutcome {
-                    tag: "CREATE INDEX",
-                    notice: Some(format!(
-                        "index \"{name}\" built: {written} entries. Every insert into \"{table}\" now writes {} operations to its entity-group transaction (the row and one entry per index), an update that changes an indexed value up to {}: one transaction holds at most {} such rows.",
-                        1 + n,
-                        1 + 2 * n,
-                        index::rows_per_group(&def, true),
-                    )),
-                })
-            }
+            Ok(written) if global => Ok(DdlOutcome {
+                tag: "CREATE INDEX",
+                notice: Some(format!(
+                    "global index \"{name}\" built: {written} rows indexed. Every write to \"{table}\" now adds one queue entry to its entity-group transaction; this gateway applies it to the index table after the write returns, and lookups wait for the changes acknowledged before they began (see tablegate.indexes for the lag).",
+                )),
+            }),
+            Ok(written) => Ok(DdlOutcome {
+                tag: "CREATE INDEX",
+                notice: Some(format!(
+                    "index \"{name}\" built: {written} entries. Every insert into \"{table}\" now writes {} operations to its entity-group transaction (the row and one entry per index), an update that changes an indexed value up to {}: one transaction holds at most {} such rows.",
+                    index::ops_per_row(&def, false),
+                    index::ops_per_row(&def, true),
+                    index::rows_per_group(&def, true),
+                )),
+            }),
             Err(e) => {
                 // Undone: the definition first (so writes stop adding
                 // entries), then what was built.
@@ -722,9 +765,7 @@ impl Planner {
                     .is_ok()
                 {
                     self.settle_writes().await;
-                    if let Err(d) =
-                        index::drop_entries(&self.store, &def.name, &def.indexes[at], &retry).await
-                    {
+                    if let Err(d) = self.drop_index_data(&def, &def.indexes[at]).await {
                         tracing::warn!(index = name, error = %d, "entries of a failed index build left behind; `tablegate index verify` finds them");
                     }
                 }
@@ -736,6 +777,48 @@ impl Planner {
                 })
             }
         }
+    }
+
+    /// A global index's build: its table created, every row queued, then
+    /// the maintainer's work waited for. Returns the rows indexed.
+    async fn build_global(
+        &self,
+        def: &TableDef,
+        at: usize,
+        retry: &RetryPolicy,
+        progress: &(dyn Fn(u64, u64) + Send + Sync),
+    ) -> Result<u64> {
+        let ix = &def.indexes[at];
+        let hidden = ix.global_table(&def.name);
+        match self.store.create_table(&hidden).await {
+            Ok(_) => {}
+            // Left by a build that did not finish: start clean.
+            Err(tablegate_store::StoreError::TableExists { .. }) => {
+                self.store.drop_table(&hidden).await?;
+                self.store.create_table(&hidden).await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let queued = global::enqueue_all(&self.store, &self.catalog, def, ix, retry, &|read| {
+            progress(read, 0)
+        })
+        .await?;
+        let applied_before = self.maintainer.lag(&def.name).applied;
+        while !self
+            .maintainer
+            .caught_up(&def.name, std::time::Duration::from_millis(500))
+            .await
+        {
+            let done = self.maintainer.lag(&def.name).applied - applied_before;
+            progress(queued, done.min(queued));
+        }
+        progress(queued, queued);
+        Ok(queued)
+    }
+
+    /// The maintainer of this gateway's global indexes.
+    pub fn maintainer(&self) -> &global::Maintainer {
+        &self.maintainer
     }
 
     /// Waits until no write that read a table's definition before the
@@ -756,7 +839,12 @@ impl Planner {
         params: &[Option<Value>],
         opts: &ExecOptions,
     ) -> Result<RowStream> {
-        exec::execute(&self.store, select.bind(params)?, opts)
+        exec::execute_indexed(
+            &self.store,
+            Some(&self.maintainer),
+            select.bind(params)?,
+            opts,
+        )
     }
 
     /// `EXPLAIN (KEYS (pk [, rk])) SELECT …`: the SELECT bound against
@@ -882,9 +970,10 @@ impl Planner {
                 })??
         };
         let actual = if analyze {
-            let (_, actuals) = exec::execute(&self.store, bound.clone(), opts)?
-                .collect()
-                .await?;
+            let (_, actuals) =
+                exec::execute_indexed(&self.store, Some(&self.maintainer), bound.clone(), opts)?
+                    .collect()
+                    .await?;
             Some(actuals)
         } else {
             None

@@ -62,6 +62,7 @@ scripts!(
     advise,
     analytics,
     errors,
+    global_indexes,
     indexes,
     keys,
     prepared,
@@ -92,6 +93,7 @@ on_azure!(
     azure_prepared: prepared,
     azure_errors: errors,
     azure_indexes: indexes,
+    azure_global_indexes: global_indexes,
 );
 
 fn run_on_azure(name: &str) {

@@ -69,6 +69,9 @@ pub struct IndexRel {
     /// Still being built: `indisvalid` false, as PostgreSQL shows an index
     /// `CREATE INDEX CONCURRENTLY` has not finished.
     pub building: bool,
+    /// A global index: shown with its storage parameter, as PostgreSQL
+    /// shows an index's reloptions.
+    pub global: bool,
 }
 
 impl IndexRel {
@@ -77,11 +80,16 @@ impl IndexRel {
     pub fn definition(&self) -> String {
         let columns: Vec<String> = self.columns.iter().map(|c| quote_ident(c)).collect();
         format!(
-            "CREATE {}INDEX {} ON public.{} USING btree ({})",
+            "CREATE {}INDEX {} ON public.{} USING btree ({}){}",
             if self.unique { "UNIQUE " } else { "" },
             quote_ident(&self.name),
             quote_ident(&self.table),
-            columns.join(", ")
+            columns.join(", "),
+            if self.global {
+                " WITH (global='true')"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -105,6 +113,7 @@ pub fn table_indexes(t: &TableDef, table_oid: i32) -> Vec<IndexRel> {
             unique: true,
             primary: true,
             building: false,
+            global: false,
         }));
     }
     for ix in &t.indexes {
@@ -117,6 +126,7 @@ pub fn table_indexes(t: &TableDef, table_oid: i32) -> Vec<IndexRel> {
             unique: ix.unique,
             primary: false,
             building: ix.building,
+            global: ix.global,
         }));
     }
     out

@@ -205,6 +205,9 @@ fn view_schema(name: &str) -> SchemaRef {
             int("build_rows_read"),
             int("build_entries_written"),
             timestamp("build_started"),
+            int("pending_partitions"),
+            float("lag_ms"),
+            int("rows_applied"),
         ],
         "health" => vec![
             text("component"),
@@ -349,20 +352,21 @@ impl SystemView {
                 for def in self.planner.catalog().tables() {
                     for ix in &def.indexes {
                         let build = builds.get(&ix.name).filter(|b| b.table == def.name);
-                        rows.push(vec![
+                        let mut row = vec![
                             t(&def.name),
                             t(&ix.name),
                             t(ix.columns.join(", ")),
                             Cell::B(ix.unique),
-                            t("local"),
-                            i(1 + def.indexes.len()),
+                            t(if ix.global { "global" } else { "local" }),
+                            i(tablegate_planner::index::ops_per_row(&def, false)),
                             i(tablegate_planner::index::rows_per_group(&def, true)),
                             t(format!(
-                                "CREATE {}INDEX {} ON {} ({})",
+                                "CREATE {}INDEX {} ON {} ({}){}",
                                 if ix.unique { "UNIQUE " } else { "" },
                                 ix.name,
                                 def.name,
-                                ix.columns.join(", ")
+                                ix.columns.join(", "),
+                                if ix.global { " GLOBAL" } else { "" }
                             )),
                             // Building on another gateway shows no counts.
                             t(if ix.building { "building" } else { "ready" }),
@@ -372,7 +376,18 @@ impl SystemView {
                                 let since = b.started.duration_since(std::time::UNIX_EPOCH).ok()?;
                                 i64::try_from(since.as_micros()).ok()
                             })),
+                        ];
+                        // This gateway's maintainer: how far behind it is.
+                        let lag = ix.global.then(|| self.planner.maintainer().lag(&def.name));
+                        row.extend([
+                            Cell::I(lag.as_ref().map(|l| l.partitions as i64)),
+                            Cell::F(
+                                lag.as_ref()
+                                    .map(|l| l.oldest.map_or(0.0, |d| d.as_secs_f64() * 1000.0)),
+                            ),
+                            Cell::I(lag.as_ref().map(|l| l.applied as i64)),
                         ]);
+                        rows.push(row);
                     }
                 }
             }

@@ -1,8 +1,9 @@
-//! Local indexes, differentially: the same random writes (every INSERT
-//! form, UPDATE and DELETE by key and by indexed value, ON CONFLICT,
-//! transactions) go to a table with indexes and to one without; every
-//! query answers the same rows, with the index used or not, and after each
-//! round the index entries are exactly those recomputed from the rows.
+//! Local and global indexes, differentially: the same random writes
+//! (every INSERT form, UPDATE and DELETE by key and by indexed value, ON
+//! CONFLICT, transactions) go to a table with local indexes, one with
+//! global indexes and one without; every query answers the same rows, with
+//! the index used or not, and after each round the index entries are
+//! exactly those recomputed from the rows.
 
 use std::collections::BTreeSet;
 
@@ -11,9 +12,11 @@ use arrow_array::types::{Float64Type, Int32Type};
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::DataType;
 use fastrand::Rng;
+use std::time::Duration;
 use tablegate_catalog::INDEX_ROW_PREFIX;
 use tablegate_catalog::index::entries;
-use tablegate_planner::{ExecOptions, Plan, PlanError, Planner, Transaction, index};
+
+use tablegate_planner::{ExecOptions, Plan, PlanError, Planner, Transaction, global, index};
 use tablegate_store::{
     Backend, Entity, EntityWrite, IfMatch, KeyBox, KeyInterval, Operation, PageRequest, Query,
     TableStore,
@@ -150,6 +153,23 @@ fn statement(rng: &mut Rng) -> String {
 /// The queries compared after each round.
 fn queries(rng: &mut Rng) -> Vec<String> {
     let mut q = vec!["SELECT p, r, a, b, c FROM {t} ORDER BY p, r".to_owned()];
+    // With no PartitionKey: what a global index serves.
+    let (a, b) = (rng.i32(0..4), BS[rng.usize(..BS.len())]);
+    q.extend([
+        format!("SELECT p, r, a FROM {{t}} WHERE a = {a} ORDER BY p, r"),
+        format!("SELECT p, r FROM {{t}} WHERE a > {a} ORDER BY p, r"),
+        format!(
+            "SELECT p, r FROM {{t}} WHERE a BETWEEN {a} AND {} ORDER BY p, r",
+            a + 1
+        ),
+        format!("SELECT p, r, c FROM {{t}} WHERE b = '{b}' ORDER BY p, r"),
+        format!("SELECT p, r FROM {{t}} WHERE b = '{b}' AND a = {a} ORDER BY p, r"),
+        format!("SELECT p, r FROM {{t}} WHERE b = '{b}' AND a < {a} ORDER BY p, r"),
+        "SELECT p, r FROM {t} WHERE b LIKE 'z%' ORDER BY p, r".to_owned(),
+        format!("SELECT p, r FROM {{t}} WHERE a = {a} AND r >= 6 ORDER BY p, r"),
+        format!("SELECT p, r FROM {{t}} WHERE a = {a} AND p > 'p1' ORDER BY p, r"),
+        format!("SELECT p, r, c FROM {{t}} WHERE a = {a} AND c > 0 ORDER BY p, r"),
+    ]);
     for pk in PKS {
         let a = rng.i32(0..4);
         let b = BS[rng.usize(..BS.len())];
@@ -239,11 +259,45 @@ async fn entries_match(p: &Planner) {
     assert_eq!(stored, want, "index entries drifted from the rows");
 }
 
+/// Once this gateway's maintainer is idle, table `globaled`'s global
+/// index tables hold exactly the entries its rows call for, and no queue
+/// entry is left.
+async fn globals_match(p: &Planner) {
+    assert!(
+        p.maintainer()
+            .caught_up("globaled", Duration::from_secs(60))
+            .await
+    );
+    let table = p.catalog().table("globaled").unwrap();
+    let retry = tablegate_store::RetryPolicy::default();
+    for ix in table.indexes.iter().filter(|i| i.global) {
+        let c = global::verify(p.store(), &table, ix, false, &retry)
+            .await
+            .unwrap();
+        assert_eq!((c.missing, c.stale), (0, 0), "{}: {c:?}", ix.name);
+        assert_eq!(c.entries, 2 * c.rows, "{}: {c:?}", ix.name);
+    }
+    let q = Query::spans(vec![KeyBox {
+        pk: KeyInterval::all(),
+        rk: tablegate_catalog::index::queue_entries(),
+    }]);
+    let left = p
+        .store()
+        .query("globaled", &q, &PageRequest::default())
+        .await
+        .unwrap();
+    assert!(
+        left.entities.is_empty(),
+        "queue entries left: {:?}",
+        left.entities
+    );
+}
+
 #[tokio::test]
 async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
     let (p, _) = fixture::empty_planner().await;
     let on = opts(true);
-    for t in ["indexed", "plain"] {
+    for t in ["indexed", "plain", "globaled"] {
         let sql = format!(
             "CREATE TABLE {t} (p TEXT, r INT, a INT, b TEXT, c FLOAT8, PRIMARY KEY (p, r))"
         );
@@ -254,8 +308,12 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
         run(&p, "CREATE INDEX ix_a ON indexed (a)", None, &on).await,
         "CREATE INDEX"
     );
+    assert_eq!(
+        run(&p, "CREATE INDEX gx_a ON globaled (a) GLOBAL", None, &on).await,
+        "CREATE INDEX"
+    );
     let mut rng = Rng::with_seed(20261129);
-    let mut used = 0;
+    let (mut used, mut used_global) = (0, 0);
     for round in 0..12 {
         for _ in 0..25 {
             if rng.u8(..8) == 0 {
@@ -269,35 +327,52 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
                     })
                     .collect();
                 let mut results = Vec::new();
-                for t in ["indexed", "plain"] {
+                for t in ["indexed", "plain", "globaled"] {
                     let mut txn = Transaction::new();
                     let mut out = Vec::new();
                     for s in &stmts {
                         let o = run(&p, &s.replace("{t}", t), Some(&mut txn), &on).await;
-                        out.push(o.replace("plain", "indexed"));
+                        out.push(o.replace("plain", "indexed").replace("globaled", "indexed"));
                     }
                     let failed = out.iter().any(|o| o.starts_with("error"));
                     if !failed {
                         out.push(match p.commit(txn, &on).await {
                             Ok(n) => format!("COMMIT {n}"),
-                            Err(e) => format!("error: {e}").replace("plain", "indexed"),
+                            Err(e) => format!("error: {e}")
+                                .replace("plain", "indexed")
+                                .replace("globaled", "indexed"),
                         });
                     }
                     results.push(out);
                 }
                 assert_eq!(results[0], results[1], "transaction {stmts:?}");
+                assert_eq!(results[2], results[1], "transaction {stmts:?} (global)");
             } else {
                 let s = statement(&mut rng);
                 let a = run(&p, &s.replace("{t}", "indexed"), None, &on).await;
                 let b = run(&p, &s.replace("{t}", "plain"), None, &on)
                     .await
                     .replace("plain", "indexed");
+                let g = run(&p, &s.replace("{t}", "globaled"), None, &on)
+                    .await
+                    .replace("globaled", "indexed");
                 assert_eq!(a, b, "{s}");
+                assert_eq!(g, b, "{s} (global)");
             }
         }
         if round == 3 {
             assert_eq!(
                 run(&p, "CREATE INDEX ix_ba ON indexed (b, a)", None, &on).await,
+                "CREATE INDEX"
+            );
+            assert_eq!(
+                run(
+                    &p,
+                    "CREATE INDEX gx_ba ON globaled (b, a) GLOBAL",
+                    None,
+                    &on
+                )
+                .await,
                 "CREATE INDEX"
             );
         }
@@ -306,17 +381,28 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
             let plain = run(&p, &q.replace("{t}", "plain"), None, &on).await;
             let with = run(&p, &q.replace("{t}", "indexed"), None, &on).await;
             let without = run(&p, &q.replace("{t}", "indexed"), None, &opts(false)).await;
+            let global = run(&p, &q.replace("{t}", "globaled"), None, &on).await;
             assert_eq!(with, plain, "{q} (index used)");
             assert_eq!(without, plain, "{q} (index not used)");
-            let sql = q.replace("{t}", "indexed");
-            let stmt = Planner::parse(&sql).unwrap().remove(0);
-            if let Plan::Select(s) = p.plan(&stmt, &sql).unwrap() {
-                let (_, actuals) = p.execute(&s, &[], &on).unwrap().collect().await.unwrap();
-                used += usize::from(actuals.index.is_some());
+            assert_eq!(global, plain, "{q} (global index)");
+            for (t, count) in [("indexed", &mut used), ("globaled", &mut used_global)] {
+                let sql = q.replace("{t}", t);
+                let stmt = Planner::parse(&sql).unwrap().remove(0);
+                if let Plan::Select(s) = p.plan(&stmt, &sql).unwrap() {
+                    let (_, actuals) = p.execute(&s, &[], &on).unwrap().collect().await.unwrap();
+                    *count += usize::from(actuals.index.is_some());
+                }
             }
         }
+        // Right after the writes: a reader waits for the maintainer, so
+        // nothing is missed even before the index tables are checked.
+        globals_match(&p).await;
     }
     assert!(used > 20, "the index was used for {used} queries only");
+    assert!(
+        used_global > 20,
+        "the global index was used for {used_global} queries only"
+    );
     // Drift is found and repaired: an entry lost and a stray one added
     // behind the gateway's back.
     let table = p.catalog().table("indexed").unwrap();
