@@ -476,7 +476,9 @@ impl Catalog {
         self.tables.write().remove(&lower);
         self.changed();
         let globals = def.indexes.iter().filter(|i| i.global);
-        for table in std::iter::once(name.to_owned()).chain(globals.map(|i| i.global_table(name))) {
+        let tables =
+            std::iter::once(def.name.clone()).chain(globals.map(|i| i.global_table(&def.name)));
+        for table in tables {
             match self.data.drop_table(&table).await {
                 Ok(()) | Err(StoreError::TableNotFound { .. }) => {}
                 Err(e) => return Err(e.into()),

@@ -443,11 +443,9 @@ pub fn user_rows() -> KeyInterval {
     }
 }
 
-/// `spans` without the index entries of a table that has indexes.
-pub fn clip_to_user_rows(table: &TableDef, spans: &[KeyBox]) -> Vec<KeyBox> {
-    if table.indexes.is_empty() {
-        return spans.to_vec();
-    }
+/// `spans` without index and queue entries (kept even with no index
+/// left: a dropped index's entries may still be on their way out).
+pub fn clip_to_user_rows(_table: &TableDef, spans: &[KeyBox]) -> Vec<KeyBox> {
     let user = user_rows();
     spans
         .iter()

@@ -173,7 +173,7 @@ impl RowStream {
 
 /// Refuses what the native path cannot run (engine constructs, residuals
 /// the store cannot evaluate, full scans under the guardrail).
-fn check_native(b: &BoundSelect, opts: &ExecOptions) -> Result<()> {
+fn check_native(b: &BoundSelect, opts: &ExecOptions, global: bool) -> Result<()> {
     if let Route::Engine(reason) = &b.plan.route {
         return Err(PlanError::NeedsAnalytics {
             reason: reason.clone(),
@@ -191,8 +191,10 @@ fn check_native(b: &BoundSelect, opts: &ExecOptions) -> Result<()> {
             ),
         });
     }
-    // A global index lookup is not a full scan.
-    let global = opts.use_indexes && crate::global::choose(&b.plan.table, &b.access).is_some();
+    // A global index lookup (when this run makes one) is not a full scan.
+    let global = global
+        && crate::explain::IndexUse::of(opts, &b.plan.table.name) == crate::explain::IndexUse::On
+        && crate::global::choose(&b.plan.table, &b.access).is_some();
     if b.access.class == AccessClass::FullScan && !opts.allow_full_scan && !global {
         return Err(PlanError::FullScanRefused {
             table: b.plan.table.name.clone(),
@@ -219,7 +221,7 @@ pub fn execute_indexed(
     b: BoundSelect,
     opts: &ExecOptions,
 ) -> Result<RowStream> {
-    check_native(&b, opts)?;
+    check_native(&b, opts, global.is_some())?;
     let schema = b.plan.result_schema();
     let actuals = Arc::new(Mutex::new(Actuals::default()));
     let (tx, rx) = mpsc::channel(2);
@@ -255,7 +257,7 @@ impl EntityStream {
 
 /// Starts a bound SELECT that yields whole entities instead of rows.
 pub fn scan_entities(store: &Backend, b: &BoundSelect, opts: &ExecOptions) -> Result<EntityStream> {
-    check_native(b, opts)?;
+    check_native(b, opts, false)?;
     let (tx, rx) = mpsc::channel(2);
     let task = Task {
         store: store.clone(),

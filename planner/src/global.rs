@@ -53,10 +53,14 @@ pub const CATCH_UP_WAIT: Duration = Duration::from_secs(5);
 struct State {
     /// Bumped by every [`Maintainer::enqueue`].
     seq: u64,
-    /// Waiting partitions, oldest first: (seq, table, PartitionKey).
+    /// Waiting partitions in turn: (turn, table, PartitionKey). A partition
+    /// that failed goes to the back, so it cannot hold up the others.
     order: BTreeSet<(u64, String, String)>,
-    /// (table, PartitionKey) → (seq, since) of each waiting partition.
-    waiting: HashMap<(String, String), (u64, Instant)>,
+    /// Bumped for each place in [`State::order`].
+    turn: u64,
+    /// (table, PartitionKey) → (seq, since, turn) of each waiting
+    /// partition: readers wait by seq, the maintainer goes by turn.
+    waiting: HashMap<(String, String), (u64, Instant, u64)>,
     /// The partition being applied: (seq, table, PartitionKey, since).
     running: Option<(u64, String, String, Instant)>,
     /// Per table, the seqs of its waiting and running partitions (a
@@ -82,20 +86,23 @@ impl State {
         }
     }
 
-    /// Adds a waiting partition, keeping the older of two seqs.
+    /// Adds a waiting partition at the back, keeping the older of two
+    /// seqs (and its place, if it was waiting already).
     fn wait(&mut self, table: &str, pk: &str, seq: u64, since: Instant) {
         let key = (table.to_owned(), pk.to_owned());
-        if let Some(&(s, t)) = self.waiting.get(&key) {
+        if let Some(&(s, t, turn)) = self.waiting.get(&key) {
             if s <= seq {
                 return;
             }
-            self.order.remove(&(s, key.0.clone(), key.1.clone()));
             self.count(table, s, false);
-            self.waiting.insert(key.clone(), (seq, since.min(t)));
-        } else {
-            self.waiting.insert(key.clone(), (seq, since));
+            self.count(table, seq, true);
+            self.waiting.insert(key, (seq, since.min(t), turn));
+            return;
         }
-        self.order.insert((seq, key.0, key.1));
+        self.turn += 1;
+        let turn = self.turn;
+        self.waiting.insert(key.clone(), (seq, since, turn));
+        self.order.insert((turn, key.0, key.1));
         self.count(table, seq, true);
     }
 }
@@ -193,7 +200,7 @@ impl Maintainer {
             ..Lag::default()
         };
         let mut oldest: Option<Instant> = None;
-        for ((t, _), (_, since)) in &s.waiting {
+        for ((t, _), (_, since, _)) in &s.waiting {
             if *t == lower {
                 lag.partitions += 1;
                 oldest = Some(oldest.map_or(*since, |o| o.min(*since)));
@@ -211,8 +218,8 @@ impl Maintainer {
 
     fn take(&self) -> Option<(u64, String, String, Instant)> {
         let mut s = self.state.lock();
-        let (seq, table, pk) = s.order.pop_first()?;
-        let (_, since) = s
+        let (_, table, pk) = s.order.pop_first()?;
+        let (seq, since, _) = s
             .waiting
             .remove(&(table.clone(), pk.clone()))
             .expect("waiting and order agree");
@@ -360,9 +367,31 @@ async fn apply_partition(
         let mut done = Vec::with_capacity(page.entities.len());
         for entry in &page.entities {
             let base_rk = &entry.row_key[QUEUE_ROW_PREFIX.len()..];
-            let row = with_retry(retry, &mut stats, || store.get(&def.name, pk, base_rk)).await?;
-            for ix in def.indexes.iter().filter(|i| i.global) {
-                apply_row(store, &def, ix, pk, base_rk, row.as_ref(), retry).await?;
+            let mut row =
+                with_retry(retry, &mut stats, || store.get(&def.name, pk, base_rk)).await?;
+            // Another gateway's maintainer may apply the same row with an
+            // older state of it meanwhile: what was applied stands only if
+            // the row did not change while it was applied.
+            let mut tries = 0;
+            loop {
+                for ix in def.indexes.iter().filter(|i| i.global) {
+                    apply_row(store, &def, ix, pk, base_rk, row.as_ref(), retry).await?;
+                }
+                let now =
+                    with_retry(retry, &mut stats, || store.get(&def.name, pk, base_rk)).await?;
+                if now.as_ref().map(Entity::etag) == row.as_ref().map(Entity::etag) {
+                    break;
+                }
+                tries += 1;
+                if tries >= 8 {
+                    return Err(crate::PlanError::CommitConflict {
+                        detail: format!(
+                            "row ('{pk}', '{base_rk}') of \"{}\" kept changing while its global index entries were applied",
+                            def.name
+                        ),
+                    });
+                }
+                row = now;
             }
             done.push(Operation::Delete {
                 partition_key: pk.to_owned(),
@@ -444,7 +473,14 @@ async fn apply_row(
     };
     let (rev_pk, rev_rk) = layout::reverse_key(pk, base_rk);
     let mut stats = RetryStats::default();
-    let reverse = with_retry(retry, &mut stats, || store.get(&hidden, &rev_pk, &rev_rk)).await?;
+    let reverse = match with_retry(retry, &mut stats, || store.get(&hidden, &rev_pk, &rev_rk)).await
+    {
+        Ok(r) => r,
+        // Not created yet (CREATE INDEX records the index first, then
+        // creates its table and queues every row itself), or dropped.
+        Err(StoreError::TableNotFound { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
     let has = reverse.as_ref().and_then(|r| {
         match (
             r.properties.get(FORWARD_PK_PROPERTY),
@@ -666,7 +702,18 @@ pub async fn verify(
     };
     let mut ops: Vec<Operation> = Vec::new();
     let mut seen = BTreeSet::new();
-    for e in read_span(store, &hidden, all, retry).await? {
+    let stored = match read_span(store, &hidden, all, retry).await {
+        Ok(v) => v,
+        // A build a crash interrupted before it made the table.
+        Err(crate::PlanError::Store(StoreError::TableNotFound { .. })) => {
+            if repair {
+                store.create_table(&hidden).await?;
+            }
+            Vec::new()
+        }
+        Err(e) => return Err(e),
+    };
+    for e in stored {
         check.entries += 1;
         let key = (e.partition_key.clone(), e.row_key.clone());
         let reverse = e.row_key.starts_with(layout::INDEX_ROW_PREFIX);
@@ -735,12 +782,19 @@ pub async fn verify(
 
 /// The global index lookup for `access` on `table`, if one applies: the
 /// probe (as a local one would be), and the part of the index table to
-/// read. Used only where no local index applies.
+/// read. Only for a query that would read many partitions (a full scan
+/// or a PartitionKey range), and only where no local index applies: a
+/// query that names its partitions reads them, strongly consistent.
 pub fn choose(
     table: &TableDef,
     access: &crate::keys::Access,
 ) -> Option<(crate::index::Probe, KeyBox)> {
-    if crate::index::choose(table, access).is_some() {
+    use crate::keys::AccessClass;
+    if !matches!(
+        access.class,
+        AccessClass::FullScan | AccessClass::PartitionRange
+    ) || crate::index::choose(table, access).is_some()
+    {
         return None;
     }
     let p = crate::index::choose_among(table, access, true)?;

@@ -244,11 +244,15 @@ pub async fn execute(
             return Err(too_many(table, base.len(), ops.len()));
         }
         let ops: Arc<[Operation]> = ops.into();
-        match with_retry(retry, stats, || store.execute(&table.name, ops.clone())).await {
+        let sent = with_retry(retry, stats, || store.execute(&table.name, ops.clone())).await;
+        // Told whatever the outcome: an error does not always mean the
+        // transaction did not commit (a timeout), and a partition with
+        // nothing queued costs the maintainer one read.
+        if global && let Some(op) = base.first() {
+            catalog.queued(&table.name, &[op.keys().0.to_owned()]);
+        }
+        match sent {
             Ok(outcomes) => {
-                if global && let Some(op) = base.first() {
-                    catalog.queued(&table.name, &[op.keys().0.to_owned()]);
-                }
                 return Ok(outcomes
                     .into_iter()
                     .zip(&owners)
@@ -304,7 +308,7 @@ pub async fn execute(
                     }
                 }
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(name_indexes(e, table, &owners).into()),
         }
     }
     Err(PlanError::CommitConflict {
@@ -313,6 +317,60 @@ pub async fn execute(
             table.name
         ),
     })
+}
+
+/// A throttled transaction that carried index operations says so: they
+/// count against the partition's target like the rows (DynamoDB's users
+/// learned the hard way that index writes throttle base writes silently).
+fn name_indexes(e: StoreError, table: &TableDef, owners: &[Owner]) -> StoreError {
+    let StoreError::ServerBusy {
+        reason,
+        scope,
+        target_per_sec,
+        retry_after,
+    } = e
+    else {
+        return e;
+    };
+    let mut names: Vec<&str> = Vec::new();
+    let mut extra = 0;
+    for o in owners {
+        match o.index {
+            None => {}
+            Some(QUEUE) => {
+                extra += 1;
+                if !names.contains(&"global index queue") {
+                    names.push("global index queue");
+                }
+            }
+            Some(i) => {
+                extra += 1;
+                let n = table.indexes[i].name.as_str();
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+    }
+    if extra == 0 {
+        return StoreError::ServerBusy {
+            reason,
+            scope,
+            target_per_sec,
+            retry_after,
+        };
+    }
+    let carried = format!(
+        " (the write's {} operations included {extra} of index {})",
+        owners.len(),
+        names.join(", ")
+    );
+    StoreError::ServerBusy {
+        reason: format!("{reason}{carried}"),
+        scope: format!("{scope}{carried}"),
+        target_per_sec,
+        retry_after,
+    }
 }
 
 /// An entity-group transaction touches each entity once: when two rows of
@@ -379,7 +437,7 @@ fn too_many(table: &TableDef, rows: usize, ops: usize) -> PlanError {
     PlanError::TransactionRule {
         rule: TxnRule::MaxEntities,
         message: format!(
-            "writing {rows} rows of \"{}\" with its {n} index{} takes {ops} operations; an entity-group transaction holds {}: at most {} rows that change indexed values fit one (each row is 1 operation plus up to 2 per index)",
+            "writing {rows} rows of \"{}\" with its {n} index{} takes {ops} operations; an entity-group transaction holds {}: at most {} rows that change indexed values fit one (each row is 1 operation, plus up to 2 per local index and 1 for the global indexes' queue)",
             table.name,
             if n == 1 { "" } else { "es" },
             limits::MAX_BATCH_OPERATIONS,

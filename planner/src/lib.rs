@@ -663,11 +663,11 @@ impl Planner {
             Ok(()) | Err(tablegate_store::StoreError::TableNotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        let left = self.catalog.table(&table.name).ok();
-        if left.is_some_and(|t| !t.indexes.iter().any(|i| i.global)) {
-            let queue = catalog::index::queue_entries();
-            index::drop_entries(&self.store, &table.name, &queue, &retry).await?;
-        }
+        // The queue entries left go the maintainer's way: it deletes
+        // them, or applies them if a global index was created meanwhile.
+        let pks = global::queued_partitions(&self.store, &table.name, &retry).await?;
+        self.maintainer
+            .enqueue(&table.name, &pks.into_iter().collect::<Vec<_>>());
         Ok(())
     }
 

@@ -150,7 +150,7 @@ fn system_views_show_tables_ranges_servers_and_counters() {
     let (out, err, ok) = psql(
         &s,
         &[
-            "SELECT table_name, partition_key, row_key, entities FROM tablegate.tables",
+            "SELECT table_name, partition_key, row_key, entities, index_entities FROM tablegate.tables ORDER BY table_name",
             "SELECT count(*) AS ranges, sum(entities) AS entities FROM tablegate.range_partitions WHERE table_name = 'registrations'",
             "SELECT server, capacity_per_sec FROM tablegate.servers ORDER BY server",
             "SELECT scope, target_per_sec FROM tablegate.throttle_counters ORDER BY scope",
@@ -160,7 +160,12 @@ fn system_views_show_tables_ranges_servers_and_counters() {
     assert!(ok, "{err}");
     // 18 event/distance partitions × 20 runners × 2 rows.
     assert!(
-        out.contains("registrations | race          | runner  |      720"),
+        out.contains("registrations | race          | runner  |      720 |              0"),
+        "{out}"
+    );
+    // The entrants' index entries are counted apart from its rows.
+    assert!(
+        out.contains("entrants      | race          | bib     |      360 |            360"),
         "{out}"
     );
     assert!(out.contains("|      720"), "{out}");

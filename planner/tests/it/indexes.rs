@@ -463,6 +463,69 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
         run(&p, &q.replace("{t}", "indexed"), None, &on).await,
         run(&p, &q.replace("{t}", "plain"), None, &on).await
     );
+    // Global: the index table goes; with none left, so do the queue
+    // entries (a write just before leaves one), and queries still agree.
+    let table = p.catalog().table("globaled").unwrap();
+    let hidden: Vec<String> = table
+        .indexes
+        .iter()
+        .map(|i| i.global_table("globaled"))
+        .collect();
+    assert_eq!(
+        run(
+            &p,
+            "UPDATE globaled SET a = 3 WHERE p = 'p2' AND r = 4",
+            None,
+            &on
+        )
+        .await,
+        run(
+            &p,
+            "UPDATE plain SET a = 3 WHERE p = 'p2' AND r = 4",
+            None,
+            &on
+        )
+        .await
+    );
+    for ix in ["gx_a", "gx_ba"] {
+        assert_eq!(
+            run(&p, &format!("DROP INDEX {ix}"), None, &on).await,
+            "DROP INDEX"
+        );
+    }
+    for h in &hidden {
+        let gone = p
+            .store()
+            .query(h, &Query::full_scan(), &PageRequest::default())
+            .await;
+        assert!(gone.is_err(), "index table {h} left behind");
+    }
+    assert!(
+        p.maintainer()
+            .caught_up("globaled", Duration::from_secs(60))
+            .await
+    );
+    let q = Query::spans(vec![KeyBox {
+        pk: KeyInterval::all(),
+        rk: KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string()),
+    }]);
+    let left = p
+        .store()
+        .query("globaled", &q, &PageRequest::default())
+        .await
+        .unwrap();
+    assert!(
+        left.entities.is_empty(),
+        "entries left: {:?}",
+        left.entities
+    );
+    for q in queries(&mut rng) {
+        assert_eq!(
+            run(&p, &q.replace("{t}", "globaled"), None, &on).await,
+            run(&p, &q.replace("{t}", "plain"), None, &on).await,
+            "{q}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -850,4 +913,53 @@ async fn a_building_index_is_kept_but_not_used_for_lookups() {
     assert!(index::choose(&table, &bound.access).is_some());
     table.indexes[0].building = true;
     assert_eq!(index::choose(&table, &bound.access), None);
+}
+
+#[tokio::test]
+async fn a_throttled_write_names_the_indexes_it_carried() {
+    use tablegate_store::partition::{PartitionConfig, Targets};
+    let store = tablegate_store::PartitionedStore::new(
+        tablegate_store::LocalStore::in_memory(),
+        PartitionConfig {
+            targets: Some(Targets {
+                per_partition: 20,
+                per_server: 10_000,
+                per_account: 20_000,
+                burst: 2.5,
+            }),
+            move_offline: Duration::ZERO,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let p = Planner::open(store).await.unwrap();
+    let o = ExecOptions {
+        retry: tablegate_store::RetryPolicy::None,
+        ..ExecOptions::default()
+    };
+    for t in ["plain", "indexed"] {
+        let sql = format!("CREATE TABLE {t} (p TEXT, r INT, a INT, PRIMARY KEY (p, r))");
+        assert_eq!(run(&p, &sql, None, &o).await, "CREATE TABLE");
+    }
+    assert_eq!(
+        run(&p, "CREATE INDEX indexed_a ON indexed (a)", None, &o).await,
+        "CREATE INDEX"
+    );
+    // A request is admitted while its partition's balance is positive and
+    // charged what it wrote: 40 rows leave the plain partition 10 of its
+    // 50 entities of burst; with an entry each they leave the indexed one
+    // 30 in debt (1.5 s at 20/s), and its next write is refused, naming
+    // the index.
+    let rows: Vec<String> = (0..40).map(|r| format!("('x', {r}, {r})")).collect();
+    let insert = |t: &str| format!("INSERT INTO {t} VALUES {}", rows.join(", "));
+    let one = |t: &str| format!("INSERT INTO {t} VALUES ('x', 99, 1)");
+    assert_eq!(run(&p, &insert("plain"), None, &o).await, "INSERT 40");
+    assert_eq!(run(&p, &one("plain"), None, &o).await, "INSERT 1");
+    assert_eq!(run(&p, &insert("indexed"), None, &o).await, "INSERT 40");
+    let err = run(&p, &one("indexed"), None, &o).await;
+    assert!(
+        err.contains("busy")
+            && err.contains("the write's 2 operations included 1 of index indexed_a"),
+        "{err}"
+    );
 }
