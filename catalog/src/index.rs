@@ -172,14 +172,7 @@ impl IndexDef {
         rk.push_str(base_rk);
         let reverse = reverse_key(base_pk, base_rk).1;
         for key in [&pk, &rk, &reverse] {
-            let units = key.encode_utf16().count();
-            if units > limits::MAX_KEY_UTF16 {
-                return Err(CatalogError::IndexRowTooLong {
-                    index: self.name.clone(),
-                    table: table.name.clone(),
-                    units,
-                });
-            }
+            self.check_length(table, key)?;
         }
         Ok((pk, rk))
     }
@@ -263,6 +256,13 @@ impl IndexDef {
         if !self.unique || null {
             key.push_str(base_rk);
         }
+        self.check_length(table, &key)?;
+        Ok(key)
+    }
+
+    /// An entry key longer than the store's keys may be is an error
+    /// (PostgreSQL's "index row size exceeds maximum").
+    fn check_length(&self, table: &TableDef, key: &str) -> Result<()> {
         let units = key.encode_utf16().count();
         if units > limits::MAX_KEY_UTF16 {
             return Err(CatalogError::IndexRowTooLong {
@@ -271,7 +271,7 @@ impl IndexDef {
                 units,
             });
         }
-        Ok(key)
+        Ok(())
     }
 
     /// The RowKey prefix of the entries whose leading columns equal

@@ -245,22 +245,26 @@ async fn index_entries_never_part_from_their_rows_across_kill_9() {
             })
             .collect::<Vec<_>>()
     };
+    // A query's rows with the indexes used and not.
+    let both = async |q: &str| {
+        let with = count(c.simple_query(q).await.unwrap());
+        c.batch_execute("SET tablegate.use_indexes = off")
+            .await
+            .unwrap();
+        let without = count(c.simple_query(q).await.unwrap());
+        c.batch_execute("SET tablegate.use_indexes = on")
+            .await
+            .unwrap();
+        assert_eq!(with, without, "{q}");
+        with.len()
+    };
     let mut total = 0;
     for org in ["o0", "o1", "o2"] {
         for team in 0..6 {
-            let q = format!(
+            total += both(&format!(
                 "SELECT id, email FROM people WHERE org = '{org}' AND team = {team} ORDER BY id"
-            );
-            let with = count(c.simple_query(&q).await.unwrap());
-            c.batch_execute("SET tablegate.use_indexes = off")
-                .await
-                .unwrap();
-            let without = count(c.simple_query(&q).await.unwrap());
-            c.batch_execute("SET tablegate.use_indexes = on")
-                .await
-                .unwrap();
-            assert_eq!(with, without, "{q}");
-            total += with.len();
+            ))
+            .await;
         }
     }
     assert!(total > 0, "no rows survived to compare");
@@ -268,17 +272,10 @@ async fn index_entries_never_part_from_their_rows_across_kill_9() {
     // queued changes were applied before these lookups.
     let mut found = 0;
     for e in (0..60).flat_map(|e| ["", "x", "y"].map(|p| format!("{p}e{e}"))) {
-        let q = format!("SELECT org, id FROM people WHERE email = '{e}' ORDER BY org, id");
-        let with = count(c.simple_query(&q).await.unwrap());
-        c.batch_execute("SET tablegate.use_indexes = off")
-            .await
-            .unwrap();
-        let without = count(c.simple_query(&q).await.unwrap());
-        c.batch_execute("SET tablegate.use_indexes = on")
-            .await
-            .unwrap();
-        assert_eq!(with, without, "{q}");
-        found += with.len();
+        found += both(&format!(
+            "SELECT org, id FROM people WHERE email = '{e}' ORDER BY org, id"
+        ))
+        .await;
     }
     assert!(found > 0, "no rows found by email");
     let plan = c
