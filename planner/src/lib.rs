@@ -651,8 +651,8 @@ impl Planner {
     }
 
     /// Deletes what an index dropped from `table` left in the store: a
-    /// local index's entries; a global index's table, and the queue
-    /// entries when no global index is left.
+    /// local index's entries; a global index's table (its queue entries go
+    /// to the maintainer).
     async fn drop_index_data(&self, table: &TableDef, def: &catalog::IndexDef) -> Result<()> {
         let retry = RetryPolicy::default();
         if !def.global {
