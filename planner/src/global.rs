@@ -495,16 +495,7 @@ async fn apply_row(
     }
     let one = |op: Operation| -> Arc<[Operation]> { vec![op].into() };
     if let Some((fpk, frk)) = has.as_ref().filter(|h| Some(*h) != want.as_ref()) {
-        let op = one(Operation::Delete {
-            partition_key: fpk.clone(),
-            row_key: frk.clone(),
-            if_match: IfMatch::Any,
-        });
-        match with_retry(retry, &mut stats, || store.execute(&hidden, op.clone())).await {
-            Ok(_) => {}
-            Err(e) if changed(&e) => {}
-            Err(e) => return Err(e.into()),
-        }
+        delete_if_there(store, &hidden, fpk, frk, retry).await?;
     }
     match &want {
         Some((fpk, frk)) => {
@@ -524,20 +515,31 @@ async fn apply_row(
             ));
             with_retry(retry, &mut stats, || store.execute(&hidden, rev.clone())).await?;
         }
-        None => {
-            let op = one(Operation::Delete {
-                partition_key: rev_pk.clone(),
-                row_key: rev_rk.clone(),
-                if_match: IfMatch::Any,
-            });
-            match with_retry(retry, &mut stats, || store.execute(&hidden, op.clone())).await {
-                Ok(_) => {}
-                Err(e) if changed(&e) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        None => delete_if_there(store, &hidden, &rev_pk, &rev_rk, retry).await?,
     }
     Ok(())
+}
+
+/// Deletes one entity of the index table; one already gone is fine.
+async fn delete_if_there(
+    store: &dyn TableStore,
+    table: &str,
+    pk: &str,
+    rk: &str,
+    retry: &RetryPolicy,
+) -> Result<()> {
+    let op: Arc<[Operation]> = vec![Operation::Delete {
+        partition_key: pk.to_owned(),
+        row_key: rk.to_owned(),
+        if_match: IfMatch::Any,
+    }]
+    .into();
+    let mut stats = RetryStats::default();
+    match with_retry(retry, &mut stats, || store.execute(table, op.clone())).await {
+        Ok(_) => Ok(()),
+        Err(e) if changed(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The queue entry operation for base row (`pk`, `rk`): an upsert, so a

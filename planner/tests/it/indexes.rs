@@ -222,6 +222,11 @@ fn queries(rng: &mut Rng) -> Vec<String> {
 
 /// Every entity of table `indexed` whose RowKey is in `rk`.
 async fn read_all(store: &Backend, rk: KeyInterval) -> Vec<Entity> {
+    read_all_of(store, "indexed", rk).await
+}
+
+/// Every entity of `table` whose RowKey is in `rk`.
+async fn read_all_of(store: &Backend, table: &str, rk: KeyInterval) -> Vec<Entity> {
     let q = Query::spans(vec![KeyBox {
         pk: KeyInterval::all(),
         rk,
@@ -229,7 +234,7 @@ async fn read_all(store: &Backend, rk: KeyInterval) -> Vec<Entity> {
     let mut out = Vec::new();
     let mut req = PageRequest::default();
     loop {
-        let page = store.query("indexed", &q, &req).await.unwrap();
+        let page = store.query(table, &q, &req).await.unwrap();
         out.extend(page.entities);
         match page.continuation {
             Some(t) => req = req.resume(t),
@@ -277,20 +282,13 @@ async fn globals_match(p: &Planner) {
         assert_eq!((c.missing, c.stale), (0, 0), "{}: {c:?}", ix.name);
         assert_eq!(c.entries, 2 * c.rows, "{}: {c:?}", ix.name);
     }
-    let q = Query::spans(vec![KeyBox {
-        pk: KeyInterval::all(),
-        rk: tablegate_catalog::index::queue_entries(),
-    }]);
-    let left = p
-        .store()
-        .query("globaled", &q, &PageRequest::default())
-        .await
-        .unwrap();
-    assert!(
-        left.entities.is_empty(),
-        "queue entries left: {:?}",
-        left.entities
-    );
+    let left = read_all_of(
+        p.store(),
+        "globaled",
+        tablegate_catalog::index::queue_entries(),
+    )
+    .await;
+    assert!(left.is_empty(), "queue entries left: {left:?}");
 }
 
 #[tokio::test]
@@ -505,20 +503,13 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
             .caught_up("globaled", Duration::from_secs(60))
             .await
     );
-    let q = Query::spans(vec![KeyBox {
-        pk: KeyInterval::all(),
-        rk: KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string()),
-    }]);
-    let left = p
-        .store()
-        .query("globaled", &q, &PageRequest::default())
-        .await
-        .unwrap();
-    assert!(
-        left.entities.is_empty(),
-        "entries left: {:?}",
-        left.entities
-    );
+    let left = read_all_of(
+        p.store(),
+        "globaled",
+        KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string()),
+    )
+    .await;
+    assert!(left.is_empty(), "entries left: {left:?}");
     for q in queries(&mut rng) {
         assert_eq!(
             run(&p, &q.replace("{t}", "globaled"), None, &on).await,
