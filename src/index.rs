@@ -1,7 +1,8 @@
 //! `tablegate index verify|repair TABLE`: checks that every partition's
 //! local index entries are exactly those its rows call for, and repairs
 //! drift (missing entries written, stale ones deleted), one partition at a
-//! time, on the data directory of a stopped server. Global indexes: the
+//! time, on the data directory of a stopped server or on an Azure storage
+//! account (`--azure-connection-string`). Global indexes: the
 //! changes still queued are applied first (as a server's start would),
 //! then each index table is compared with its rows. Writes keep entries
 //! in the rows' own entity-group transactions, so drift means a bug or a
@@ -14,7 +15,7 @@ use clap::{Args, ValueEnum};
 use tablegate_planner::Planner;
 use tablegate_planner::global;
 use tablegate_planner::index::{self, Check};
-use tablegate_store::{PartitionConfig, RetryPolicy};
+use tablegate_store::{Backend, PartitionConfig, RetryPolicy};
 
 /// What to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -35,16 +36,34 @@ pub struct IndexArgs {
     /// Data directory (of a stopped server).
     #[arg(long, default_value = "tablegate-data", env = "TABLEGATE_DATA")]
     data: PathBuf,
+    /// Check the table in this Azure storage account instead (a
+    /// connection string; `UseDevelopmentStorage=true` for Azurite).
+    /// Gateways may go on serving while it verifies; repair while writes
+    /// to the table are quiet (a row changed during its repair may need
+    /// another).
+    #[arg(long, hide_env_values = true)]
+    azure_connection_string: Option<String>,
 }
 
 /// Runs `tablegate index`.
 pub async fn run(args: IndexArgs) -> Result<(), String> {
-    let data = args.data.clone();
-    let store = tokio::task::spawn_blocking(move || {
-        crate::split::open_stopped(&data, PartitionConfig::default().servers)
-    })
-    .await
-    .map_err(|e| e.to_string())??;
+    let store: Backend = match &args.azure_connection_string {
+        Some(conn) => {
+            let store = tablegate_azure::AzureStore::connect(conn, None)
+                .await
+                .map_err(|e| format!("cannot reach the Azure Table service: {e}"))?;
+            Backend::Remote(std::sync::Arc::new(store))
+        }
+        None => {
+            let data = args.data.clone();
+            tokio::task::spawn_blocking(move || {
+                crate::split::open_stopped(&data, PartitionConfig::default().servers)
+            })
+            .await
+            .map_err(|e| e.to_string())??
+            .into()
+        }
+    };
     let planner = Planner::open(store).await.map_err(|e| e.to_string())?;
     let table = planner
         .catalog()

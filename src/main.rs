@@ -74,8 +74,9 @@ enum Command {
     /// Pre-split a table into range partitions spread over the partition
     /// servers (on a stopped server's data directory).
     Split(split::SplitArgs),
-    /// Check a table's local index entries against its rows (`verify`),
-    /// or fix them (`repair`), on a stopped server's data directory.
+    /// Check a table's index entries against its rows (`verify`), or fix
+    /// them (`repair`), on a stopped server's data directory or an Azure
+    /// storage account.
     Index(index::IndexArgs),
     /// Rank PartitionKey/RowKey designs for a table from its data and a
     /// workload (the statement log, or a SQL file).

@@ -519,9 +519,7 @@ impl Catalog {
         &self,
         table: &str,
         name: &str,
-        columns: &[String],
-        unique: bool,
-        global: bool,
+        spec: &crate::IndexSpec,
         if_not_exists: bool,
     ) -> Result<Option<Arc<TableDef>>> {
         let _ddl = self.ddl.lock().await;
@@ -535,9 +533,7 @@ impl Catalog {
                 })
             };
         }
-        self.change(def.with_index(name, columns, unique, global)?)
-            .await
-            .map(Some)
+        self.change(def.with_index(name, spec)?).await.map(Some)
     }
 
     /// DROP INDEX: forgets the index; returns the table as it was (its
@@ -581,6 +577,12 @@ impl Catalog {
     /// its table's definition and sends its transaction.
     pub async fn write_guard(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
         self.writes.read().await
+    }
+
+    /// Holds this gateway's writes back (once those under way finish)
+    /// until the guard is dropped.
+    pub async fn hold_writes(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.writes.write().await
     }
 
     /// Waits until every write that began before now has finished.

@@ -89,6 +89,24 @@ pub struct IndexDef {
     /// maintained asynchronously (see the module's summary).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub global: bool,
+    /// INCLUDE: property columns whose values each entry carries too (with
+    /// the indexed ones), so a query reading only those is answered from
+    /// the entries (local indexes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include: Vec<String>,
+}
+
+/// What CREATE INDEX asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexSpec {
+    /// Indexed property columns, in order.
+    pub columns: Vec<String>,
+    /// INCLUDE columns.
+    pub include: Vec<String>,
+    /// UNIQUE.
+    pub unique: bool,
+    /// GLOBAL.
+    pub global: bool,
 }
 
 /// Names of the stores' tables that hold global indexes start with this
@@ -123,13 +141,37 @@ pub fn reverse_key(pk: &str, rk: &str) -> (String, String) {
     (pk.to_owned(), format!("{INDEX_ROW_PREFIX}{rk}"))
 }
 
-/// One index entry: its RowKey and the base entity's.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// One index entry: its RowKey and, for an index with INCLUDE, the values
+/// it carries.
+#[derive(Debug, Clone)]
 pub struct Entry {
     /// Position of the index in [`TableDef::indexes`].
     pub index: usize,
     /// The entry's RowKey.
     pub row_key: String,
+    /// The indexed and included columns' values, as the base entity's
+    /// properties (empty without INCLUDE).
+    pub covered: Vec<(String, Value)>,
+}
+
+/// Entries are equal when the stored entities would be: values compare
+/// exactly (-0 is not 0: an entry carrying 0 for a row holding -0 would
+/// answer an index-only read wrongly).
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        let same = |a: &Value, b: &Value| match (a, b) {
+            (Value::Double(x), Value::Double(y)) => x.to_bits() == y.to_bits(),
+            _ => a == b,
+        };
+        self.index == other.index
+            && self.row_key == other.row_key
+            && self.covered.len() == other.covered.len()
+            && self
+                .covered
+                .iter()
+                .zip(&other.covered)
+                .all(|((n, a), (m, b))| n == m && same(a, b))
+    }
 }
 
 impl IndexDef {
@@ -258,6 +300,39 @@ impl IndexDef {
         }
         self.check_length(table, &key)?;
         Ok(key)
+    }
+
+    /// The entry of `table.indexes[index]` (this index) for a base entity
+    /// with these properties.
+    pub fn entry(
+        &self,
+        index: usize,
+        table: &TableDef,
+        props: &BTreeMap<String, Value>,
+        base_rk: &str,
+    ) -> Result<Entry> {
+        let covered = if self.include.is_empty() {
+            Vec::new()
+        } else {
+            self.columns
+                .iter()
+                .chain(&self.include)
+                .filter_map(|c| props.get(c).map(|v| (c.clone(), v.clone())))
+                .collect()
+        };
+        Ok(Entry {
+            index,
+            row_key: self.entry_key(table, props, base_rk)?,
+            covered,
+        })
+    }
+
+    /// Whether a query reading only `columns` (property names) is answered
+    /// from this index's entries, without the base entities.
+    pub fn covers<'a>(&self, mut columns: impl Iterator<Item = &'a str>) -> bool {
+        !self.include.is_empty()
+            && !self.global
+            && columns.all(|c| self.columns.iter().chain(&self.include).any(|x| x == c))
     }
 
     /// An entry key longer than the store's keys may be is an error
@@ -426,12 +501,7 @@ pub fn entries(
         .iter()
         .enumerate()
         .filter(|(_, def)| !def.global)
-        .map(|(index, def)| {
-            Ok(Entry {
-                index,
-                row_key: def.entry_key(table, props, base_rk)?,
-            })
-        })
+        .map(|(index, def)| def.entry(index, table, props, base_rk))
         .collect()
 }
 
@@ -492,6 +562,7 @@ mod tests {
             unique: false,
             building: false,
             global: false,
+            include: Vec::new(),
         });
         t
     }

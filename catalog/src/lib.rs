@@ -25,7 +25,7 @@ pub mod types;
 
 pub use catalog::{CATALOG_TABLE, Catalog, Created, QueueListener, REFRESH_EVERY};
 pub use error::{CatalogError, Result};
-pub use index::{INDEX_ROW_PREFIX, IndexDef};
+pub use index::{INDEX_ROW_PREFIX, IndexDef, IndexSpec};
 pub use table::{
     BUCKET_COLUMN, Column, ColumnDefault, ColumnRef, ETAG_COLUMN, HIDDEN_BUCKETS, ROWID_COLUMN,
     Role, TIMESTAMP_COLUMN, TableDef,

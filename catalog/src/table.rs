@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tablegate_store::{Entity, EntityWrite, Value, limits};
 
 use crate::error::{CatalogError, Result};
-use crate::index::{IndexDef, MAX_INDEX_COLUMNS, MAX_INDEXES_PER_TABLE};
+use crate::index::{IndexDef, IndexSpec, MAX_INDEX_COLUMNS, MAX_INDEXES_PER_TABLE};
 use crate::types::SqlType;
 
 /// The read-only system column holding the store's Timestamp.
@@ -261,13 +261,8 @@ impl TableDef {
     }
 
     /// Adds an index on property columns (CREATE INDEX), local or global.
-    pub fn with_index(
-        &self,
-        name: &str,
-        columns: &[String],
-        unique: bool,
-        global: bool,
-    ) -> Result<TableDef> {
+    pub fn with_index(&self, name: &str, spec: &IndexSpec) -> Result<TableDef> {
+        let (columns, unique, global) = (&spec.columns, spec.unique, spec.global);
         let invalid =
             |reason: String, hint: &'static str| CatalogError::InvalidIndex { reason, hint };
         if unique && global {
@@ -313,6 +308,42 @@ impl TableDef {
                 ));
             }
         }
+        if global && !spec.include.is_empty() {
+            return Err(invalid(
+                "a global index cannot INCLUDE columns: its entries may lag the rows, so every lookup reads the row itself".into(),
+                "leave INCLUDE out, or INCLUDE on a local index (its entries change with the row, in one transaction)",
+            ));
+        }
+        let mut include: Vec<String> = Vec::new();
+        for c in &spec.include {
+            let col = self.resolve(c)?;
+            if include.contains(c) {
+                return Err(CatalogError::DuplicateColumn { column: c.clone() });
+            }
+            // Keys are in every entry already; PostgreSQL allows an
+            // indexed column in INCLUDE too.
+            if col.role == Role::Property && !columns.contains(c) {
+                include.push(c.clone());
+            } else if !matches!(col.role, Role::Property | Role::PartitionKey | Role::RowKey) {
+                return Err(invalid(
+                    format!("column \"{c}\" is a system column"),
+                    "INCLUDE property columns",
+                ));
+            }
+        }
+        // The entry's own property naming its row: a column of that name
+        // cannot be carried beside it.
+        if !include.is_empty()
+            && let Some(c) = columns
+                .iter()
+                .chain(&include)
+                .find(|c| c.as_str() == crate::index::BASE_PROPERTY)
+        {
+            return Err(invalid(
+                format!("column \"{c}\" has the name index entries use for their row's RowKey"),
+                "leave it out of an index with INCLUDE, or rename the column",
+            ));
+        }
         let id = self
             .next_index_id
             .max(self.indexes.iter().map(|i| i.id + 1).max().unwrap_or(1));
@@ -325,6 +356,7 @@ impl TableDef {
             unique,
             building: true,
             global,
+            include,
         });
         Ok(def)
     }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tablegate_planner::ExecOptions;
+use tablegate_planner::{ExecOptions, IndexMode};
 use tablegate_store::RetryPolicy;
 
 use crate::sqlstate::PgError;
@@ -170,12 +170,17 @@ impl Settings {
                 Ok(n) if (-15..=3).contains(&n) => n.to_string(),
                 _ => return Err(bad("an integer from -15 to 3")),
             },
-            "tablegate.allow_full_scan"
-            | "tablegate.use_indexes"
-            | "default_transaction_read_only" => match parse_bool(value) {
+            "tablegate.use_indexes" if value.eq_ignore_ascii_case("force") => "force".to_owned(),
+            "tablegate.use_indexes" => match parse_bool(value) {
                 Some(b) => if b { "on" } else { "off" }.to_owned(),
-                None => return Err(bad("on or off")),
+                None => return Err(bad("on (when cheaper than the scan), off or force")),
             },
+            "tablegate.allow_full_scan" | "default_transaction_read_only" => {
+                match parse_bool(value) {
+                    Some(b) => if b { "on" } else { "off" }.to_owned(),
+                    None => return Err(bad("on or off")),
+                }
+            }
             "tablegate.page_size" => match value.parse::<usize>() {
                 Ok(n) if (1..=1000).contains(&n) => n.to_string(),
                 _ => return Err(bad("an integer from 1 to 1000 (entities per store page)")),
@@ -308,7 +313,11 @@ fn exec_options(settings: &BTreeMap<String, String>) -> ExecOptions {
         retry,
         parallelism: get("tablegate.scan_parallelism").parse().unwrap_or(4),
         allow_full_scan: get("tablegate.allow_full_scan") != "off",
-        use_indexes: get("tablegate.use_indexes") != "off",
+        use_indexes: match get("tablegate.use_indexes") {
+            "off" => IndexMode::Off,
+            "force" => IndexMode::Force,
+            _ => IndexMode::On,
+        },
         overlay: None,
     }
 }

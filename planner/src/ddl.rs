@@ -312,8 +312,8 @@ fn global_option(with: &[ast::Expr]) -> Result<bool> {
 
 /// `CREATE [UNIQUE] INDEX [IF NOT EXISTS] [name] ON t (c, …) [GLOBAL]`: a
 /// local index (see [`crate::index`]), or a global one
-/// ([`crate::global`]). Expressions, partial indexes, INCLUDE and `USING`
-/// are refused by name.
+/// ([`crate::global`]), with INCLUDE (…) columns a local index's entries
+/// carry. Expressions, partial indexes and `USING` are refused by name.
 pub fn create_index(ci: &ast::CreateIndex) -> Result<crate::Plan> {
     let refuse = |what: &str, hint: &str| PlanError::Unsupported {
         feature: format!("CREATE INDEX with {what}"),
@@ -321,12 +321,6 @@ pub fn create_index(ci: &ast::CreateIndex) -> Result<crate::Plan> {
     };
     if ci.predicate.is_some() {
         return Err(refuse("WHERE (a partial index)", "index the whole table"));
-    }
-    if !ci.include.is_empty() {
-        return Err(refuse(
-            "INCLUDE",
-            "a lookup reads the base entity anyway; leave INCLUDE out",
-        ));
     }
     if ci.using.is_some() {
         return Err(refuse(
@@ -362,9 +356,12 @@ pub fn create_index(ci: &ast::CreateIndex) -> Result<crate::Plan> {
     Ok(crate::Plan::CreateIndex {
         table,
         name,
-        columns,
-        unique: ci.unique,
-        global,
+        spec: tablegate_catalog::IndexSpec {
+            columns,
+            include: ci.include.iter().map(fold).collect(),
+            unique: ci.unique,
+            global,
+        },
         if_not_exists: ci.if_not_exists,
     })
 }

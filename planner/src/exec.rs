@@ -56,8 +56,9 @@ pub struct ExecOptions {
     pub parallelism: usize,
     /// `tablegate.allow_full_scan`.
     pub allow_full_scan: bool,
-    /// `tablegate.use_indexes`: look rows up through local indexes.
-    pub use_indexes: bool,
+    /// `tablegate.use_indexes`: whether rows may be looked up through an
+    /// index.
+    pub use_indexes: IndexMode,
     /// The open transaction's staged writes: reads see them.
     pub overlay: Option<Arc<Overlay>>,
 }
@@ -69,10 +70,23 @@ impl Default for ExecOptions {
             retry: RetryPolicy::default(),
             parallelism: 4,
             allow_full_scan: true,
-            use_indexes: true,
+            use_indexes: IndexMode::On,
             overlay: None,
         }
     }
+}
+
+/// `tablegate.use_indexes`: when a query looks rows up through an index
+/// that applies to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexMode {
+    /// Never (`off`): the spans are scanned, as without the index.
+    Off,
+    /// When the lookup costs less than the scan it replaces, by the
+    /// estimate EXPLAIN prints (`on`, the default).
+    On,
+    /// Whenever one applies (`force`), to see what a lookup costs.
+    Force,
 }
 
 /// What an executed access actually did: recorded while it runs, reported
@@ -97,6 +111,8 @@ pub struct Actuals {
     pub servers: BTreeSet<usize>,
     /// The index looked in, if any.
     pub index: Option<String>,
+    /// The rows came from the index's entries (INCLUDE covered the query).
+    pub index_only: bool,
     /// Throttled retries.
     pub retries: u32,
     /// Time spent backing off.
@@ -193,7 +209,8 @@ fn check_native(b: &BoundSelect, opts: &ExecOptions, global: bool) -> Result<()>
     }
     // A global index lookup (when this run makes one) is not a full scan.
     let global = global
-        && crate::explain::IndexUse::of(opts, &b.plan.table.name) == crate::explain::IndexUse::On
+        && crate::explain::IndexUse::allowed(opts, &b.plan.table.name)
+            == crate::explain::IndexUse::On
         && crate::global::choose(&b.plan.table, &b.access).is_some();
     if b.access.class == AccessClass::FullScan && !opts.allow_full_scan && !global {
         return Err(PlanError::FullScanRefused {
@@ -332,7 +349,8 @@ impl Task {
     async fn run_to_end(mut self) {
         let started = Instant::now();
         let r = match self.use_index().await {
-            Ok(()) => self.run().await,
+            Ok(false) => self.run().await,
+            Ok(true) => Ok(()),
             Err(e) => Err(e),
         };
         self.actuals.lock().elapsed = started.elapsed();
@@ -342,57 +360,98 @@ impl Task {
     }
 
     /// Replaces the spans by the base entities an index lookup names (see
-    /// [`crate::index`], [`crate::global`]), when the query allows one.
-    async fn use_index(&mut self) -> Result<()> {
-        if crate::explain::IndexUse::of(&self.opts, &self.b.plan.table.name)
-            != crate::explain::IndexUse::On
-        {
-            return Ok(());
-        }
+    /// [`crate::index`], [`crate::global`]), when the query allows one; or
+    /// answers the query from the entries when they cover it (`true`).
+    async fn use_index(&mut self) -> Result<bool> {
+        use crate::explain::IndexUse;
         let table = &self.b.plan.table;
-        let (index, found) = if let Some(p) = index::choose(table, &self.b.access) {
-            let found = index::probe(&self.store, table, &p, &self.opts.retry).await?;
-            (p.index, found)
-        } else if let (Some(m), Some((p, span))) =
-            (&self.global, crate::global::choose(table, &self.b.access))
-        {
-            let i = p.index;
-            if !m.caught_up(&table.name, crate::global::CATCH_UP_WAIT).await {
-                // Too far behind to answer from: scan instead.
-                let name = &table.indexes[i].name;
-                if self.b.access.class == AccessClass::FullScan && !self.opts.allow_full_scan {
-                    return Err(PlanError::FullScanRefused {
-                        table: table.name.clone(),
-                        hint: format!(
-                            "global index \"{name}\" is behind this gateway's writes (see tablegate.indexes); try again, or SET tablegate.allow_full_scan = on"
-                        ),
-                    });
-                }
-                self.actuals.lock().index_skipped = Some(name.clone());
-                return Ok(());
+        if IndexUse::allowed(&self.opts, &table.name) != IndexUse::On {
+            return Ok(false);
+        }
+        let Some((p, span)) = crate::explain::chosen(&self.b) else {
+            return Ok(false);
+        };
+        // A global index is read only with this gateway's maintainer to
+        // wait for (UPDATE and DELETE read the rows themselves).
+        let maintainer = match (&span, &self.global) {
+            (Some(_), None) => return Ok(false),
+            (Some(_), Some(m)) => Some(m.clone()),
+            (None, _) => None,
+        };
+        // Weighed against the scan by the estimate EXPLAIN prints.
+        if self.opts.use_indexes == IndexMode::On {
+            let (store, b, page) = (self.store.clone(), self.b.clone(), self.opts.page_size);
+            let est =
+                tokio::task::spawn_blocking(move || crate::explain::estimate(&store, &b, page))
+                    .await
+                    .map_err(|e| {
+                        PlanError::Store(tablegate_store::StoreError::Engine(e.to_string()))
+                    })??;
+            let mut est = est;
+            if !matches!(self.out, Out::Batches(..)) {
+                est.index = est.index.map(crate::explain::IndexCost::with_row_lookups);
             }
-            let mut found = crate::global::probe(
-                &self.store,
-                table,
-                &table.indexes[i],
-                &span,
-                &self.opts.retry,
-            )
-            .await?;
-            // Only rows the query's own key ranges hold are its rows.
-            let spans = &self.b.access.spans;
-            found
-                .keys
-                .retain(|(pk, rk)| spans.iter().any(|s| s.contains(pk, rk)));
-            (i, found)
-        } else {
-            return Ok(());
+            if IndexUse::decide(&self.opts, &self.b, &est) != IndexUse::On {
+                return Ok(false);
+            }
+        }
+        let index = p.index;
+        let covered = span.is_none()
+            && matches!(self.out, Out::Batches(..))
+            && index::covering(&self.b, &table.indexes[index]);
+        let found = match (&span, &maintainer) {
+            (Some(span), Some(m)) => {
+                if !m.caught_up(&table.name, crate::global::CATCH_UP_WAIT).await {
+                    // Too far behind to answer from: scan instead.
+                    let name = &table.indexes[index].name;
+                    if self.b.access.class == AccessClass::FullScan && !self.opts.allow_full_scan {
+                        return Err(PlanError::FullScanRefused {
+                            table: table.name.clone(),
+                            hint: format!(
+                                "global index \"{name}\" is behind this gateway's writes (see tablegate.indexes); try again, or SET tablegate.allow_full_scan = on"
+                            ),
+                        });
+                    }
+                    self.actuals.lock().index_skipped = Some(name.clone());
+                    return Ok(false);
+                }
+                let mut found = crate::global::probe(
+                    &self.store,
+                    table,
+                    &table.indexes[index],
+                    span,
+                    &self.opts.retry,
+                )
+                .await?;
+                // Only rows the query's own key ranges hold are its rows.
+                let spans = &self.b.access.spans;
+                found
+                    .keys
+                    .retain(|(pk, rk)| spans.iter().any(|s| s.contains(pk, rk)));
+                found
+            }
+            _ => index::probe(&self.store, table, &p, covered, &self.opts.retry).await?,
         };
         {
             let mut a = self.actuals.lock();
             a.scanned += found.entries;
             a.pages += found.requests;
             a.index = Some(table.indexes[index].name.clone());
+            a.index_only = covered;
+        }
+        if covered {
+            let access = &self.b.access;
+            let rows: Vec<Entity> = found
+                .rows
+                .into_iter()
+                .filter(|e| access.filter.as_ref().is_none_or(|f| f.matches(e)))
+                .collect();
+            let mut window = Window {
+                skip: self.b.offset,
+                left: self.b.limit,
+            };
+            self.emit(&rows, &mut window).await?;
+            return Ok(true);
         }
         let access = &mut self.b.access;
         access.spans = found
@@ -406,7 +465,7 @@ impl Task {
         } else {
             AccessClass::Point
         };
-        Ok(())
+        Ok(false)
     }
 
     async fn run(&self) -> Result<()> {

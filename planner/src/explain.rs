@@ -17,7 +17,7 @@ use tablegate_store::Backend;
 use tablegate_store::partition::Targets;
 
 use crate::error::Result;
-use crate::exec::{Actuals, store_query};
+use crate::exec::{Actuals, IndexMode, store_query};
 use crate::keys::{AccessClass, equality_columns, render_spans, selectivity};
 use crate::plan::{BoundSelect, Route};
 
@@ -55,6 +55,8 @@ pub struct Estimate {
     /// What a remote backend sends for this access (filter, projection,
     /// what is finished locally); empty on the embedded engine.
     pub backend: Vec<String>,
+    /// The index lookup that could replace this access, and its cost.
+    pub index: Option<IndexCost>,
 }
 
 impl Estimate {
@@ -164,6 +166,7 @@ pub fn estimate(store: &Backend, b: &BoundSelect, page_size: usize) -> Result<Es
         est.requests = est.pages;
     }
     finish(&mut est, b, page_size);
+    est.index = index_cost(store, b)?;
     Ok(est)
 }
 
@@ -209,39 +212,106 @@ fn min_time(est: &Estimate, class: AccessClass, t: &Targets) -> Duration {
     Duration::from_secs_f64(secs)
 }
 
-/// The local index a run of this access looks in (unless the session
-/// turns index use off), with its estimated cost: one page of entries per
-/// partition, then one point lookup per row they name (`returned` holds
-/// the entries, `requests` pages plus lookups).
-pub fn index_lookup(b: &BoundSelect, est: &Estimate) -> Option<(String, Estimate)> {
-    let (p, global) = chosen(b)?;
-    let name = b.plan.table.indexes[p.index].name.clone();
-    let entries = est.returned;
-    // A global index's entries are read from its own table: one partition
-    // for an equality on its first column.
-    let partitions = if global { 1 } else { p.partitions.len() as u64 };
-    let requests = partitions + entries.div_ceil(1000).saturating_sub(1) + entries;
-    // Entries and rows both count against the 2,000 entities/s partition
-    // target; the partitions are read one after another. A global index's
-    // rows are spread over their own partitions: its entries bound it.
-    let reads = if global { entries } else { 2 * entries };
-    let min_time = Duration::from_secs_f64(reads as f64 / 2_000.0);
-    Some((
-        name,
-        Estimate {
-            returned: entries,
-            requests,
-            min_time,
-            ..Estimate::default()
-        },
-    ))
+/// An index lookup's estimated cost, weighed against the scan it would
+/// replace (the [`Estimate`] it sits in).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexCost {
+    /// The index.
+    pub name: String,
+    /// Whether it is a global index (its entries in a table of their own).
+    pub global: bool,
+    /// Whether its entries cover the query (INCLUDE): no point lookups.
+    pub covering: bool,
+    /// Index entries read: counted in the index's key range, as a scan's
+    /// entities are.
+    pub entries: u64,
+    /// Pages of entries, then one point lookup per row they name.
+    pub requests: u64,
+    /// The fastest the lookup can run at the throttling targets.
+    pub min_time: Duration,
 }
 
-/// The index lookup a run of `b` makes, and whether the index is global.
-fn chosen(b: &BoundSelect) -> Option<(crate::index::Probe, bool)> {
-    match crate::index::choose(&b.plan.table, &b.access) {
-        Some(p) => Some((p, false)),
-        None => crate::global::choose(&b.plan.table, &b.access).map(|(p, _)| (p, true)),
+impl IndexCost {
+    /// The same lookup reading every row it names (UPDATE and DELETE
+    /// read whole rows, never the entries alone).
+    pub fn with_row_lookups(mut self) -> IndexCost {
+        if self.covering {
+            self.covering = false;
+            self.requests += self.entries;
+            self.min_time += Duration::from_secs_f64(self.entries as f64 / 2_000.0);
+        }
+        self
+    }
+
+    /// Whether the lookup is the cheaper plan: less time at the targets,
+    /// then no more store requests.
+    pub fn cheaper_than(&self, scan: &Estimate) -> bool {
+        self.min_time < scan.min_time
+            || (self.min_time == scan.min_time && self.requests <= scan.requests)
+    }
+}
+
+/// The cost of the index lookup a run of `b` could make: its entries
+/// counted in the index's key range (local: in each partition the query
+/// names; global: in the index table), one page of entries per partition,
+/// then one point lookup per row they name.
+fn index_cost(store: &Backend, b: &BoundSelect) -> Result<Option<IndexCost>> {
+    let Some((p, span)) = chosen(b) else {
+        return Ok(None);
+    };
+    let table = &b.plan.table;
+    let ix = &table.indexes[p.index];
+    let (read, boxes) = match &span {
+        Some(span) => (ix.global_table(&table.name), vec![span.clone()]),
+        None => (
+            table.name.clone(),
+            p.partitions
+                .iter()
+                .map(|pk| tablegate_store::KeyBox {
+                    pk: tablegate_store::KeyInterval::point(pk.clone()),
+                    rk: p.rows.clone(),
+                })
+                .collect(),
+        ),
+    };
+    let entries = store
+        .estimate_blocking(&read, &tablegate_store::Query::spans(boxes))?
+        .map_or(0, |e| e.scanned);
+    // A global index's entries for one value sit in one partition of its
+    // own table; its rows are spread over their own partitions, so the
+    // entries bound it. A local index's entries and rows share the
+    // partition target, partitions read one after another.
+    let partitions = if span.is_some() {
+        1
+    } else {
+        p.partitions.len() as u64
+    };
+    let covering = span.is_none() && crate::index::covering(b, ix);
+    let lookups = if covering { 0 } else { entries };
+    let requests = partitions + entries.div_ceil(1000).saturating_sub(1) + lookups;
+    let reads = if span.is_some() {
+        entries
+    } else {
+        entries + lookups
+    };
+    Ok(Some(IndexCost {
+        name: ix.name.clone(),
+        global: span.is_some(),
+        covering,
+        entries,
+        requests,
+        min_time: Duration::from_secs_f64(reads as f64 / 2_000.0),
+    }))
+}
+
+/// The index lookup a run of `b` could make, and for a global index the
+/// part of its table to read.
+pub(crate) fn chosen(
+    b: &BoundSelect,
+) -> Option<(crate::index::Probe, Option<tablegate_store::KeyBox>)> {
+    match crate::index::choose_for(b) {
+        Some(p) => Some((p, None)),
+        None => crate::global::choose(&b.plan.table, &b.access).map(|(p, span)| (p, Some(span))),
     }
 }
 
@@ -257,14 +327,14 @@ pub enum IndexUse {
 }
 
 impl IndexUse {
-    /// What a run with these options does.
-    pub fn of(opts: &crate::ExecOptions, table: &str) -> IndexUse {
+    /// Whether these options let a query on `table` use an index at all.
+    pub fn allowed(opts: &crate::ExecOptions, table: &str) -> IndexUse {
         // A transaction's staged rows have no entries until COMMIT.
         let staged = opts
             .overlay
             .as_ref()
             .is_some_and(|o| o.table.eq_ignore_ascii_case(table));
-        if !opts.use_indexes {
+        if opts.use_indexes == IndexMode::Off {
             IndexUse::Off("tablegate.use_indexes is off")
         } else if staged {
             IndexUse::Off(
@@ -274,25 +344,48 @@ impl IndexUse {
             IndexUse::On
         }
     }
+
+    /// What a run of `b` with these options does, given its estimate: the
+    /// lookup when allowed and cheaper (or forced, or when the scan it
+    /// replaces is refused, or with no statistics to weigh it by).
+    pub fn decide(opts: &crate::ExecOptions, b: &BoundSelect, est: &Estimate) -> IndexUse {
+        let allowed = IndexUse::allowed(opts, &b.plan.table.name);
+        let scan_refused = b.access.class == AccessClass::FullScan && !opts.allow_full_scan;
+        match &est.index {
+            Some(ix)
+                if allowed == IndexUse::On
+                    && opts.use_indexes == IndexMode::On
+                    && !est.unknown
+                    && !scan_refused
+                    && !ix.cheaper_than(est) =>
+            {
+                IndexUse::Off(
+                    "the scan costs less at the throttling targets; SET tablegate.use_indexes = force to use it anyway",
+                )
+            }
+            _ => allowed,
+        }
+    }
 }
 
 fn index_lines(b: &BoundSelect, est: &Estimate, indexes: IndexUse) -> Vec<String> {
-    let Some((name, with)) = index_lookup(b, est) else {
+    let Some(ix) = &est.index else {
         return Vec::new();
     };
+    let name = &ix.name;
     if let IndexUse::Off(why) = indexes {
         let mut l = vec![format!(
             "  Index Lookup: not used ({why}); {name} could serve this query"
         )];
-        l.extend(costs_line(&with, est, "without it (this plan)", ""));
+        l.extend(costs_line(ix, est, "the scan (this plan)"));
         return l;
     }
     if indexes == IndexUse::Ignored {
         return Vec::new();
     }
-    let ix = b.plan.table.index(&name).expect("chosen from the table");
-    let (p, global) = chosen(b).expect("chosen above");
-    let used: Vec<String> = ix
+    let def = b.plan.table.index(name).expect("chosen from the table");
+    let (p, _) = chosen(b).expect("costed above");
+    let used: Vec<String> = def
         .columns
         .iter()
         .enumerate()
@@ -307,40 +400,57 @@ fn index_lines(b: &BoundSelect, est: &Estimate, indexes: IndexUse) -> Vec<String
             }
         })
         .collect();
-    let mut l = vec![if global {
+    let mut l = vec![if ix.covering {
+        format!(
+            "  Index Only Lookup: {name} ({}) by {} in each PartitionKey; its entries carry every column the query reads (INCLUDE {}), so no row is looked up",
+            def.columns.join(", "),
+            used.join(" and "),
+            def.include.join(", ")
+        )
+    } else if ix.global {
         format!(
             "  Index Lookup: global index {name} ({}) by {} in its own table, then a point lookup of each row it names; the filter is checked again on every row",
-            ix.columns.join(", "),
+            def.columns.join(", "),
             used.join(" and ")
         )
     } else {
         format!(
             "  Index Lookup: {name} ({}) by {} in each PartitionKey, then a point lookup of each row it names; the filter is checked again on every row",
-            ix.columns.join(", "),
+            def.columns.join(", "),
             used.join(" and ")
         )
     }];
-    if global {
+    if ix.global {
         l.push("  Staleness: the lookup first waits (up to 5 s, else it scans) until this gateway has applied every change acknowledged before it began; changes through other gateways appear once theirs apply them (tablegate.indexes shows the lag)".into());
     }
-    l.extend(costs_line(
-        &with,
-        est,
-        "without it",
-        " (SET tablegate.use_indexes = off to run without)",
-    ));
+    l.extend(costs_line(ix, est, "the scan"));
+    l.push(format!("  Chosen because: {}", why_chosen(b, est)));
+    l.extend(crate::index::write_cost(&b.plan.table).map(|w| format!("  {w}")));
     l
+}
+
+/// Why a run uses the index it could use (see [`IndexUse::decide`]).
+fn why_chosen(b: &BoundSelect, est: &Estimate) -> &'static str {
+    if est.unknown {
+        "this backend keeps no statistics to weigh it by, so an index that applies is used (SET tablegate.use_indexes = off to scan)"
+    } else if est.index.as_ref().is_some_and(|ix| ix.cheaper_than(est)) {
+        "it costs less than the scan at the throttling targets (SET tablegate.use_indexes = off to scan)"
+    } else if b.access.class == AccessClass::FullScan {
+        "the scan costs less, but full scans are off (tablegate.allow_full_scan)"
+    } else {
+        "tablegate.use_indexes is force (the scan costs less)"
+    }
 }
 
 /// The access's cost with the index and without it (none when the
 /// estimate is unknown).
-fn costs_line(with: &Estimate, est: &Estimate, without: &str, tail: &str) -> Option<String> {
+fn costs_line(ix: &IndexCost, est: &Estimate, without: &str) -> Option<String> {
     (!est.unknown).then(|| {
         format!(
-            "  With the index: index entries {}, store requests {}, minimum time {}; {without}: entities scanned {}, store requests {}, minimum time {}{tail}",
-            with.returned,
-            with.requests,
-            fmt_duration(with.min_time),
+            "  With the index: index entries {}, store requests {}, minimum time {}; {without}: entities scanned {}, store requests {}, minimum time {}",
+            ix.entries,
+            ix.requests,
+            fmt_duration(ix.min_time),
             est.scanned,
             est.requests,
             fmt_duration(est.min_time)
@@ -584,9 +694,11 @@ pub fn render_text(
             fmt_duration(x.elapsed)
         ));
         if let Some(ix) = &x.index {
-            l.push(format!(
-                "  Actual: rows found through index {ix} (its entries count as scanned, each row as a point lookup)"
-            ));
+            l.push(if x.index_only {
+                format!("  Actual: rows read from the entries of index {ix} alone (they count as scanned)")
+            } else {
+                format!("  Actual: rows found through index {ix} (its entries count as scanned, each row as a point lookup)")
+            });
         }
         if let Some(ix) = &x.index_skipped {
             l.push(format!(
@@ -669,13 +781,16 @@ pub fn render_json(
         "Estimated Pages": est.pages,
         "Minimum Seconds At Targets": (est.min_time.as_secs_f64() * 1e6).round() / 1e6,
         "Advice": advice(b, est),
-        "Index Lookup": index_lookup(b, est).filter(|_| indexes != IndexUse::Ignored).map(|(name, with)| json!({
-            "Index Name": name,
+        "Index Lookup": est.index.as_ref().filter(|_| indexes != IndexUse::Ignored).map(|ix| json!({
+            "Index Name": ix.name,
+            "Global": ix.global,
+            "Index Only": ix.covering,
             "Used": indexes == IndexUse::On,
+            "Chosen Because": (indexes == IndexUse::On).then(|| why_chosen(b, est)),
             "Not Used Because": match indexes { IndexUse::Off(why) => Some(why), _ => None },
-            "Estimated Index Entries": with.returned,
-            "Estimated Store Requests": with.requests,
-            "Minimum Seconds At Targets": (with.min_time.as_secs_f64() * 1e6).round() / 1e6,
+            "Estimated Index Entries": ix.entries,
+            "Estimated Store Requests": ix.requests,
+            "Minimum Seconds At Targets": (ix.min_time.as_secs_f64() * 1e6).round() / 1e6,
         })),
     });
     if est.unknown {

@@ -48,6 +48,27 @@ pub fn rows_per_group(table: &TableDef, changes_values: bool) -> usize {
     (limits::MAX_BATCH_OPERATIONS / ops_per_row(table, changes_values)).max(1)
 }
 
+/// What the indexes of `table` add to each write, as EXPLAIN says it
+/// (`None` without indexes).
+pub fn write_cost(table: &TableDef) -> Option<String> {
+    if table.indexes.is_empty() {
+        return None;
+    }
+    let names: Vec<&str> = table.indexes.iter().map(|i| i.name.as_str()).collect();
+    let global = if table.indexes.iter().any(|i| i.global) {
+        " (a global index adds one queue entry per row; its own table is written after the write returns)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "Write cost of the indexes ({}): an inserted row takes {} of the 100 operations of an entity-group transaction, a row whose indexed values change up to {}, so one transaction holds at most {} such rows{global}",
+        names.join(", "),
+        ops_per_row(table, false),
+        ops_per_row(table, true),
+        rows_per_group(table, true),
+    ))
+}
+
 /// `op` made conditional on `old`, the state its index entries were
 /// computed from.
 fn conditional(op: &Operation, old: Option<&Entity>) -> Operation {
@@ -115,7 +136,12 @@ const QUEUE: usize = usize::MAX;
 
 /// The entry entity of `entry` for base RowKey `base_rk`.
 fn entry_write(pk: &str, entry: &Entry, base_rk: &str) -> EntityWrite {
-    EntityWrite::new(pk, entry.row_key.clone()).with(BASE_PROPERTY, Value::String(base_rk.into()))
+    let mut w = EntityWrite::new(pk, entry.row_key.clone())
+        .with(BASE_PROPERTY, Value::String(base_rk.into()));
+    for (c, v) in &entry.covered {
+        w = w.with(c, v.clone());
+    }
+    w
 }
 
 /// Runs `base` (operations on `table`, one partition) as one entity-group
@@ -196,7 +222,12 @@ pub async fn execute(
                 base: i,
                 index: None,
             });
-            for gone in before.iter().filter(|e| !after.contains(e)) {
+            // An entry whose key stays but whose INCLUDE values change is
+            // rewritten in place, not removed.
+            for gone in before
+                .iter()
+                .filter(|e| !after.iter().any(|a| a.row_key == e.row_key))
+            {
                 if settled.contains(&gone.row_key) {
                     continue;
                 }
@@ -215,12 +246,13 @@ pub async fn execute(
                     continue;
                 }
                 let w = entry_write(pk, new, rk);
+                let rewrite = before.iter().any(|b| b.row_key == new.row_key);
                 ops.push(match stale.get(&new.row_key) {
                     Some(t) => Operation::Replace {
                         entity: w,
                         if_match: IfMatch::ETag(t.clone()),
                     },
-                    None if table.indexes[new.index].unique => Operation::Insert(w),
+                    None if table.indexes[new.index].unique && !rewrite => Operation::Insert(w),
                     None => Operation::InsertOrReplace(w),
                 });
                 owners.push(Owner {
@@ -564,9 +596,25 @@ pub fn choose(table: &TableDef, access: &Access) -> Option<Probe> {
     choose_among(table, access, false)
 }
 
+/// [`choose`] for query `b`: between indexes whose conditions cover as
+/// many columns, one whose entries hold everything it reads (INCLUDE)
+/// wins.
+pub fn choose_for(b: &crate::BoundSelect) -> Option<Probe> {
+    choose_preferring(&b.plan.table, &b.access, false, &|ix| covering(b, ix))
+}
+
 /// [`choose`] among the local indexes, or among the global ones (any
 /// spans: the lookup reads the index table; [`crate::global::choose`]).
 pub fn choose_among(table: &TableDef, access: &Access, global: bool) -> Option<Probe> {
+    choose_preferring(table, access, global, &|_| false)
+}
+
+fn choose_preferring(
+    table: &TableDef,
+    access: &Access,
+    global: bool,
+    preferred: &dyn Fn(&tablegate_catalog::IndexDef) -> bool,
+) -> Option<Probe> {
     if !table.indexes.iter().any(|i| i.global == global) || access.spans.is_empty() {
         return None;
     }
@@ -621,7 +669,7 @@ pub fn choose_among(table: &TableDef, access: &Access, global: bool) -> Option<P
             }
         }
     }
-    let mut best: Option<(usize, (usize, bool, bool))> = None;
+    let mut best: Option<(usize, (usize, bool, bool, bool))> = None;
     for (i, ix) in table.indexes.iter().enumerate() {
         if ix.building || ix.global != global {
             continue;
@@ -636,12 +684,12 @@ pub fn choose_among(table: &TableDef, access: &Access, global: bool) -> Option<P
                 || upper.contains_key(c.as_str())
                 || like.contains_key(c.as_str())
         });
-        let score = (n, range, ix.unique && n == ix.columns.len());
+        let score = (n, range, preferred(ix), ix.unique && n == ix.columns.len());
         if (n > 0 || range) && best.is_none_or(|(_, b)| score > b) {
             best = Some((i, score));
         }
     }
-    let (i, (n, range, _)) = best?;
+    let (i, (n, range, ..)) = best?;
     let ix = &table.indexes[i];
     let values: Vec<Value> = ix.columns[..n]
         .iter()
@@ -682,22 +730,58 @@ fn like_prefix(pattern: &str, escape: Option<char>) -> String {
         .collect()
 }
 
-/// What a probe read: the base entities to fetch, and the work it took.
+/// What a probe read: the base entities to fetch (or, covered, the rows
+/// themselves), and the work it took.
 #[derive(Debug, Default)]
 pub struct Found {
     /// (PartitionKey, RowKey) of the base entities, in key order.
     pub keys: Vec<(String, String)>,
+    /// A covered probe's rows, made from the entries: the base entities'
+    /// keys and the values the entries carry, in key order.
+    pub rows: Vec<Entity>,
     /// Index entries read.
     pub entries: u64,
     /// Store requests made.
     pub requests: u64,
 }
 
-/// Reads the index entries a probe selects.
+/// Whether the index's entries hold everything query `b` reads (its
+/// INCLUDE columns cover the projection and the filter; no Timestamp or
+/// ETag, in the result or the filter: an entry's are its own).
+pub fn covering(b: &crate::BoundSelect, def: &tablegate_catalog::IndexDef) -> bool {
+    use tablegate_catalog::Role;
+    let system = |f: &tablegate_store::Field| {
+        matches!(
+            f,
+            tablegate_store::Field::Timestamp | tablegate_store::Field::ETag
+        )
+    };
+    b.plan.columns.iter().all(|c| {
+        matches!(
+            c.column.role,
+            Role::PartitionKey | Role::RowKey | Role::Property
+        )
+    }) && !b
+        .access
+        .filter
+        .as_ref()
+        .is_some_and(|f| f.reads_any(&system))
+        && def.covers(
+            crate::exec::store_query(b)
+                .projection
+                .iter()
+                .flatten()
+                .map(String::as_str),
+        )
+}
+
+/// Reads the index entries a probe selects; `covered`: the rows too (see
+/// [`covering`]).
 pub async fn probe(
     store: &Backend,
     table: &TableDef,
     p: &Probe,
+    covered: bool,
     retry: &RetryPolicy,
 ) -> Result<Found> {
     let mut found = Found::default();
@@ -705,17 +789,27 @@ pub async fn probe(
         let q = Query::spans(vec![KeyBox {
             pk: KeyInterval::point(pk.clone()),
             rk: p.rows.clone(),
-        }])
-        .with_projection(vec![BASE_PROPERTY.to_owned()]);
+        }]);
+        let q = if covered {
+            q
+        } else {
+            q.with_projection(vec![BASE_PROPERTY.to_owned()])
+        };
         let mut req = PageRequest::default();
         loop {
             let mut stats = RetryStats::default();
             let page = with_retry(retry, &mut stats, || store.query(&table.name, &q, &req)).await?;
             found.requests += 1;
-            for e in page.entities {
+            for mut e in page.entities {
                 found.entries += 1;
-                if let Some(Value::String(rk)) = e.properties.get(BASE_PROPERTY) {
-                    found.keys.push((e.partition_key.clone(), rk.clone()));
+                let Some(Value::String(rk)) = e.properties.remove(BASE_PROPERTY) else {
+                    continue;
+                };
+                if covered {
+                    e.row_key = rk;
+                    found.rows.push(e);
+                } else {
+                    found.keys.push((e.partition_key, rk));
                 }
             }
             match page.continuation {
@@ -726,6 +820,9 @@ pub async fn probe(
     }
     found.keys.sort();
     found.keys.dedup();
+    found
+        .rows
+        .sort_by(|a, b| (&a.partition_key, &a.row_key).cmp(&(&b.partition_key, &b.row_key)));
     Ok(found)
 }
 
@@ -749,7 +846,7 @@ pub async fn backfill(
         pk: KeyInterval::all(),
         rk: layout::user_rows(),
     }])
-    .with_projection(def.columns.clone());
+    .with_projection(def.columns.iter().chain(&def.include).cloned().collect());
     let mut req = PageRequest::default();
     let (mut read, mut written) = (0u64, 0u64);
     let mut pending: Vec<Operation> = Vec::new();
@@ -764,10 +861,7 @@ pub async fn backfill(
                 written += flush(store, table, def, &mut pending, retry).await?;
                 progress(read, written);
             }
-            let entry = Entry {
-                index,
-                row_key: def.entry_key(table, &e.properties, &e.row_key)?,
-            };
+            let entry = def.entry(index, table, &e.properties, &e.row_key)?;
             if def.unique && pending.iter().any(|o| o.keys().1 == entry.row_key) {
                 return Err(unique_violation(table, def, Some(&e.properties), 0));
             }
@@ -1046,10 +1140,10 @@ async fn check_partition(
 ) -> Result<()> {
     let pk = entities[0].partition_key.clone();
     check.partitions += 1;
-    // Entry RowKey → the base RowKey it should name.
-    let mut want: BTreeMap<String, (usize, String)> = BTreeMap::new();
-    // Entry RowKey → (ETag, the base RowKey it names).
-    let mut stored: BTreeMap<String, (tablegate_store::ETag, Option<String>)> = BTreeMap::new();
+    // Entry RowKey → the entry and the base RowKey it should name.
+    let mut want: BTreeMap<String, (Entry, String)> = BTreeMap::new();
+    // Entry RowKey → the entry as stored.
+    let mut stored: BTreeMap<String, Entity> = BTreeMap::new();
     // Entries of a UNIQUE value several rows share: left as they are.
     let mut dup: BTreeSet<String> = BTreeSet::new();
     for e in &entities {
@@ -1059,11 +1153,7 @@ async fn check_partition(
         }
         if e.row_key.starts_with(tablegate_catalog::INDEX_ROW_PREFIX) {
             check.entries += 1;
-            let base = match e.properties.get(BASE_PROPERTY) {
-                Some(Value::String(s)) => Some(s.clone()),
-                _ => None,
-            };
-            stored.insert(e.row_key.clone(), (e.etag(), base));
+            stored.insert(e.row_key.clone(), e.clone());
         } else {
             check.rows += 1;
             for x in layout::entries(table, &e.properties, &e.row_key)? {
@@ -1078,7 +1168,7 @@ async fn check_partition(
                     dup.insert(x.row_key);
                     continue;
                 }
-                want.insert(x.row_key, (x.index, e.row_key.clone()));
+                want.insert(x.row_key.clone(), (x, e.row_key.clone()));
             }
         }
     }
@@ -1088,33 +1178,37 @@ async fn check_partition(
             check.examples.push(what);
         }
     };
-    for (rk, (index, base)) in &want {
+    for (rk, (entry, base)) in &want {
         if dup.contains(rk) {
             continue;
         }
-        if stored
-            .get(rk)
-            .is_none_or(|(_, b)| b.as_deref() != Some(base.as_str()))
-        {
-            check.missing += 1;
-            note(
-                check,
-                format!(
-                    "missing: index {} entry of row ('{pk}', '{base}')",
-                    table.indexes[*index].name
-                ),
-            );
-            ops.push(Operation::InsertOrReplace(entry_write(
-                &pk,
-                &Entry {
-                    index: *index,
-                    row_key: rk.clone(),
-                },
-                base,
-            )));
-        }
+        let w = entry_write(&pk, entry, base);
+        let props: BTreeMap<String, Value> = w
+            .properties
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+            .collect();
+        let what = match stored.get(rk) {
+            None => "missing",
+            Some(e) if e.properties != props => "outdated (other INCLUDE values than the row's)",
+            Some(_) => continue,
+        };
+        check.missing += 1;
+        note(
+            check,
+            format!(
+                "{what}: index {} entry of row ('{pk}', '{base}')",
+                table.indexes[entry.index].name
+            ),
+        );
+        ops.push(Operation::InsertOrReplace(w));
     }
-    for (rk, (etag, base)) in stored {
+    for (rk, e) in stored {
+        let (etag, base) = (e.etag(), e.properties.get(BASE_PROPERTY));
+        let base = match base {
+            Some(Value::String(s)) => Some(s.clone()),
+            _ => None,
+        };
         if !want.contains_key(&rk) {
             check.stale += 1;
             note(

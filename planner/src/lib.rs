@@ -100,7 +100,7 @@ use tablegate_store::{Backend, RetryPolicy, TableStore, Value};
 pub use apply::WriteOutcome;
 pub use error::{PlanError, Result, TxnRule};
 
-pub use exec::{Actuals, ExecOptions, RowStream};
+pub use exec::{Actuals, ExecOptions, IndexMode, RowStream};
 pub use explain::Estimate;
 pub use keys::{Access, AccessClass};
 pub use plan::{BoundSelect, Route, SelectPlan};
@@ -166,12 +166,9 @@ pub enum Plan {
         table: String,
         /// Index name.
         name: String,
-        /// Indexed columns.
-        columns: Vec<String>,
-        /// UNIQUE.
-        unique: bool,
-        /// GLOBAL: an index table across partitions ([`global`]).
-        global: bool,
+        /// Columns, INCLUDE, UNIQUE, GLOBAL (an index table across
+        /// partitions: [`global`]).
+        spec: catalog::IndexSpec,
         /// IF NOT EXISTS.
         if_not_exists: bool,
     },
@@ -597,20 +594,11 @@ impl Planner {
             Plan::CreateIndex {
                 table,
                 name,
-                columns,
-                unique,
-                global,
+                spec,
                 if_not_exists,
             } => {
-                self.create_index(
-                    table,
-                    name,
-                    columns,
-                    (*unique, *global),
-                    *if_not_exists,
-                    report,
-                )
-                .await
+                self.create_index(table, name, spec, *if_not_exists, report)
+                    .await
             }
             Plan::DropIndex { names, if_exists } => {
                 if !*if_exists {
@@ -679,14 +667,13 @@ impl Planner {
         &self,
         table: &str,
         name: &str,
-        columns: &[String],
-        (unique, global): (bool, bool),
+        spec: &catalog::IndexSpec,
         if_not_exists: bool,
         report: &(dyn Fn(String) + Send + Sync),
     ) -> Result<DdlOutcome> {
         let Some(def) = self
             .catalog
-            .create_index(table, name, columns, unique, global, if_not_exists)
+            .create_index(table, name, spec, if_not_exists)
             .await?
         else {
             return Ok(DdlOutcome {
@@ -725,10 +712,25 @@ impl Planner {
             }
         };
         let retry = RetryPolicy::default();
+        let global = spec.global;
         let backfilled = if global {
             self.build_global(&def, at, &retry, &progress).await
         } else {
             index::backfill(&self.store, &def, at, &retry, &progress).await
+        };
+        // Index-only reads trust INCLUDE values without reading the row, so
+        // an entry the build wrote from a row read just before another
+        // write changed it must not stay: with this gateway's writes held,
+        // every partition's entries are checked against its rows and fixed.
+        let backfilled = match backfilled {
+            Ok(written) if !global && !def.indexes[at].include.is_empty() => {
+                let _held = self.catalog.hold_writes().await;
+                let now = self.catalog.table(&def.name)?;
+                index::verify(&self.store, &now, true, &retry, &|_| {})
+                    .await
+                    .map(|_| written)
+            }
+            other => other,
         };
         let built = match backfilled {
             Ok(written) => self
@@ -961,7 +963,7 @@ impl Planner {
         opts: &ExecOptions,
     ) -> Result<Vec<String>> {
         let bound = select.bind(params)?;
-        let est = {
+        let mut est = {
             let (store, b, page) = (self.store.clone(), bound.clone(), opts.page_size);
             tokio::task::spawn_blocking(move || explain::estimate(&store, &b, page))
                 .await
@@ -969,6 +971,9 @@ impl Planner {
                     PlanError::Store(tablegate_store::StoreError::Engine(e.to_string()))
                 })??
         };
+        if write.is_some() {
+            est.index = est.index.map(explain::IndexCost::with_row_lookups);
+        }
         let actual = if analyze {
             let (_, actuals) =
                 exec::execute_indexed(&self.store, Some(&self.maintainer), bound.clone(), opts)?
@@ -978,7 +983,7 @@ impl Planner {
         } else {
             None
         };
-        let indexes = explain::IndexUse::of(opts, &select.table.name);
+        let indexes = explain::IndexUse::decide(opts, &bound, &est);
         Ok(if json {
             let scan = explain::render_json(&bound, &est, actual.as_ref(), indexes);
             let doc = match write {
@@ -988,6 +993,7 @@ impl Planner {
                     "Operation": op,
                     "Relation Name": select.table.name,
                     "Writes": "each matched entity with If-Match of the ETag it was read with, one entity-group transaction per PartitionKey (at most 100 operations)",
+                    "Index Write Cost": index::write_cost(&select.table),
                     "Plans": [scan],
                 }),
             };
@@ -1001,6 +1007,7 @@ impl Planner {
                         format!("{op} on {}", select.table.name),
                         "  Writes: each matched entity with If-Match of its ETag; one entity-group transaction per PartitionKey (at most 100 operations)".to_owned(),
                     ];
+                    out.extend(index::write_cost(&select.table).map(|w| format!("  {w}")));
                     for (i, l) in lines.into_iter().enumerate() {
                         out.push(if i == 0 {
                             format!("  ->  {l}")

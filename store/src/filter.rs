@@ -202,6 +202,20 @@ impl Filter {
         }
     }
 
+    /// Whether any field this filter reads satisfies `pred`.
+    pub fn reads_any(&self, pred: &dyn Fn(&Field) -> bool) -> bool {
+        match self {
+            Filter::True | Filter::False => false,
+            Filter::And(fs) | Filter::Or(fs) => fs.iter().any(|f| f.reads_any(pred)),
+            Filter::Not(f) => f.reads_any(pred),
+            Filter::Compare { field, .. }
+            | Filter::In { field, .. }
+            | Filter::IsNull(field)
+            | Filter::IsNullAs(field, _)
+            | Filter::Like { field, .. } => pred(field),
+        }
+    }
+
     /// The property names this filter reads (for projection pushdown: the
     /// store must decode them even if the caller does not return them).
     pub fn properties(&self, out: &mut Vec<String>) {

@@ -139,3 +139,95 @@ async fn driver_copy_in_and_out() {
         &text[..40]
     );
 }
+
+/// COPY into a table with a local index (with INCLUDE) and a global one
+/// answers every query as COPY into the same table without indexes, the
+/// indexes used or not; a second COPY over an existing key fails with
+/// 23505 on both alike. The planner's differential test covers the
+/// statement forms.
+#[tokio::test]
+async fn copy_into_indexed_tables_answers_as_into_plain_ones() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let ddl = |t: &str| {
+        format!(
+            "CREATE TABLE {t} (race text, runner text, name text, age int, note text, PRIMARY KEY (race, runner))"
+        )
+    };
+    c.batch_execute(&format!(
+        "{}; {}; CREATE INDEX cix_age ON cix_indexed (age) INCLUDE (name); \
+         CREATE INDEX cix_name ON cix_indexed (name) GLOBAL",
+        ddl("cix_indexed"),
+        ddl("cix_plain")
+    ))
+    .await
+    .unwrap();
+    let mut data = String::new();
+    for i in 0..600 {
+        let name = if i % 7 == 0 {
+            "\\N".to_owned()
+        } else {
+            format!("n{}", i % 40)
+        };
+        data.push_str(&format!("p{}\tr{i:04}\t{name}\t{}\tx\n", i % 4, i % 50));
+    }
+    for t in ["cix_indexed", "cix_plain"] {
+        let sink = c.copy_in(&format!("COPY {t} FROM STDIN")).await.unwrap();
+        futures::pin_mut!(sink);
+        for chunk in data.as_bytes().chunks(1000) {
+            sink.send(Cursor::new(chunk.to_vec())).await.unwrap();
+        }
+        assert_eq!(sink.finish().await.unwrap(), 600);
+        // Over a key already there.
+        let sink = c.copy_in(&format!("COPY {t} FROM STDIN")).await.unwrap();
+        futures::pin_mut!(sink);
+        sink.send(Cursor::new(
+            b"p9\tnew\tz\t1\tx\np1\tr0001\tz\t1\tx\n".to_vec(),
+        ))
+        .await
+        .unwrap();
+        let err = sink.finish().await.unwrap_err();
+        assert_eq!(err.code().map(|c| c.code()), Some("23505"), "{err}");
+    }
+    let text = |rows: Vec<tokio_postgres::SimpleQueryMessage>| -> Vec<String> {
+        rows.into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                    (0..r.len())
+                        .map(|i| r.get(i).unwrap_or("NULL").to_owned())
+                        .collect::<Vec<_>>()
+                        .join("|"),
+                ),
+                _ => None,
+            })
+            .collect()
+    };
+    let queries = [
+        "SELECT runner, name FROM {t} WHERE race = 'p1' AND age = 7 ORDER BY runner",
+        "SELECT runner, age, name FROM {t} WHERE race = 'p2' AND age >= 45 ORDER BY runner",
+        "SELECT runner FROM {t} WHERE race = 'p3' AND age < 3 AND name LIKE 'n1%' ORDER BY runner",
+        "SELECT race, runner, age FROM {t} WHERE name = 'n13' ORDER BY race, runner",
+        "SELECT count(*) FROM {t} WHERE race = 'p0'",
+        "SELECT count(*) FROM {t}",
+    ];
+    for q in queries {
+        let plain = text(
+            c.simple_query(&q.replace("{t}", "cix_plain"))
+                .await
+                .unwrap(),
+        );
+        assert!(!plain.is_empty(), "{q}");
+        for mode in ["force", "on", "off"] {
+            c.batch_execute(&format!("SET tablegate.use_indexes = {mode}"))
+                .await
+                .unwrap();
+            let got = text(
+                c.simple_query(&q.replace("{t}", "cix_indexed"))
+                    .await
+                    .unwrap(),
+            );
+            assert_eq!(got, plain, "{q} (use_indexes = {mode})");
+        }
+    }
+}

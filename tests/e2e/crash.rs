@@ -245,14 +245,17 @@ async fn index_entries_never_part_from_their_rows_across_kill_9() {
             })
             .collect::<Vec<_>>()
     };
-    // A query's rows with the indexes used and not.
+    // A query's rows with the indexes used (whatever they cost) and not.
+    c.batch_execute("SET tablegate.use_indexes = force")
+        .await
+        .unwrap();
     let both = async |q: &str| {
         let with = count(c.simple_query(q).await.unwrap());
         c.batch_execute("SET tablegate.use_indexes = off")
             .await
             .unwrap();
         let without = count(c.simple_query(q).await.unwrap());
-        c.batch_execute("SET tablegate.use_indexes = on")
+        c.batch_execute("SET tablegate.use_indexes = force")
             .await
             .unwrap();
         assert_eq!(with, without, "{q}");

@@ -72,6 +72,8 @@ pub struct IndexRel {
     /// A global index: shown with its storage parameter, as PostgreSQL
     /// shows an index's reloptions.
     pub global: bool,
+    /// INCLUDE columns (non-key attributes, after the key ones).
+    pub include: Vec<String>,
 }
 
 impl IndexRel {
@@ -79,12 +81,18 @@ impl IndexRel {
     /// `pg_get_indexdef` and `pg_indexes.indexdef` give it.
     pub fn definition(&self) -> String {
         let columns: Vec<String> = self.columns.iter().map(|c| quote_ident(c)).collect();
+        let include: Vec<String> = self.include.iter().map(|c| quote_ident(c)).collect();
         format!(
-            "CREATE {}INDEX {} ON public.{} USING btree ({}){}",
+            "CREATE {}INDEX {} ON public.{} USING btree ({}){}{}",
             if self.unique { "UNIQUE " } else { "" },
             quote_ident(&self.name),
             quote_ident(&self.table),
             columns.join(", "),
+            if include.is_empty() {
+                String::new()
+            } else {
+                format!(" INCLUDE ({})", include.join(", "))
+            },
             if self.global {
                 " WITH (global='true')"
             } else {
@@ -114,6 +122,7 @@ pub fn table_indexes(t: &TableDef, table_oid: i32) -> Vec<IndexRel> {
             primary: true,
             building: false,
             global: false,
+            include: Vec::new(),
         }));
     }
     for ix in &t.indexes {
@@ -127,6 +136,7 @@ pub fn table_indexes(t: &TableDef, table_oid: i32) -> Vec<IndexRel> {
             primary: false,
             building: ix.building,
             global: ix.global,
+            include: ix.include.clone(),
         }));
     }
     out
@@ -308,7 +318,8 @@ impl Computed for Index {
                     let v = match f.name().as_str() {
                         "indexrelid" => S::Int32(Some(i.oid)),
                         "indrelid" => S::Int32(Some(i.table_oid)),
-                        "indnatts" | "indnkeyatts" => S::Int16(Some(n)),
+                        "indnatts" => S::Int16(Some(n + i.include.len() as i16)),
+                        "indnkeyatts" => S::Int16(Some(n)),
                         "indisunique" => S::Boolean(Some(i.unique)),
                         "indisprimary" => S::Boolean(Some(i.primary)),
                         // The primary key is the store's clustered index:
@@ -319,6 +330,7 @@ impl Computed for Index {
                         "indkey" => list(
                             i.columns
                                 .iter()
+                                .chain(&i.include)
                                 .map(|c| {
                                     attnums.get(&(i.table_oid, c.clone())).copied().unwrap_or(0)
                                 })

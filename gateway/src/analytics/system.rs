@@ -397,11 +397,16 @@ impl SystemView {
                             i(tablegate_planner::index::ops_per_row(&def, false)),
                             i(tablegate_planner::index::rows_per_group(&def, true)),
                             t(format!(
-                                "CREATE {}INDEX {} ON {} ({}){}",
+                                "CREATE {}INDEX {} ON {} ({}){}{}",
                                 if ix.unique { "UNIQUE " } else { "" },
                                 ix.name,
                                 def.name,
                                 ix.columns.join(", "),
+                                if ix.include.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(" INCLUDE ({})", ix.include.join(", "))
+                                },
                                 if ix.global { " GLOBAL" } else { "" }
                             )),
                             // Building on another gateway shows no counts.

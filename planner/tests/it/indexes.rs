@@ -5,7 +5,7 @@
 //! the index used or not, and after each round the index entries are
 //! exactly those recomputed from the rows.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int32Type};
@@ -16,7 +16,9 @@ use std::time::Duration;
 use tablegate_catalog::INDEX_ROW_PREFIX;
 use tablegate_catalog::index::entries;
 
-use tablegate_planner::{ExecOptions, Plan, PlanError, Planner, Transaction, global, index};
+use tablegate_planner::{
+    ExecOptions, IndexMode, Plan, PlanError, Planner, Transaction, global, index,
+};
 use tablegate_store::{
     Backend, Entity, EntityWrite, IfMatch, KeyBox, KeyInterval, Operation, PageRequest, Query,
     TableStore,
@@ -27,7 +29,7 @@ use crate::fixture;
 const PKS: [&str; 3] = ["p1", "p2", "p3"];
 const BS: [&str; 5] = ["x", "y", "zz", "é", "z_%"];
 
-fn opts(use_indexes: bool) -> ExecOptions {
+fn opts(use_indexes: IndexMode) -> ExecOptions {
     ExecOptions {
         use_indexes,
         ..ExecOptions::default()
@@ -185,6 +187,13 @@ fn queries(rng: &mut Rng) -> Vec<String> {
         q.push(format!(
             "SELECT r FROM {{t}} WHERE p IN ('{pk}', 'p2') AND a = {a} AND c > 0 ORDER BY p, r"
         ));
+        // Answered from ix_a's entries alone (INCLUDE (c)).
+        q.push(format!(
+            "SELECT p, r, a, c FROM {{t}} WHERE p = '{pk}' AND a = {a} AND c > 0"
+        ));
+        q.push(format!(
+            "SELECT c, r FROM {{t}} WHERE p = '{pk}' AND a >= {a} LIMIT 3 OFFSET 1"
+        ));
         // Ranges on an index's first column, and after an equality.
         q.push(format!(
             "SELECT r, a FROM {{t}} WHERE p = '{pk}' AND a > {a} ORDER BY r"
@@ -247,18 +256,26 @@ async fn read_all_of(store: &Backend, table: &str, rk: KeyInterval) -> Vec<Entit
 async fn entries_match(p: &Planner) {
     let table = p.catalog().table("indexed").unwrap();
     let base = read_all(p.store(), tablegate_catalog::index::user_rows()).await;
-    let stored: BTreeSet<(String, String)> = read_all(
+    // Each entry's keys, and what it carries: the base RowKey and the
+    // INCLUDE values.
+    let stored: BTreeMap<(String, String), String> = read_all(
         p.store(),
         KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string()),
     )
     .await
     .into_iter()
-    .map(|e| (e.partition_key, e.row_key))
+    .map(|e| ((e.partition_key, e.row_key), format!("{:?}", e.properties)))
     .collect();
-    let mut want = BTreeSet::new();
+    let mut want = BTreeMap::new();
     for e in &base {
         for x in entries(&table, &e.properties, &e.row_key).unwrap() {
-            want.insert((e.partition_key.clone(), x.row_key));
+            let mut carried: BTreeMap<String, tablegate_store::Value> =
+                x.covered.into_iter().collect();
+            carried.insert(
+                tablegate_catalog::index::BASE_PROPERTY.to_owned(),
+                tablegate_store::Value::String(e.row_key.clone()),
+            );
+            want.insert((e.partition_key.clone(), x.row_key), format!("{carried:?}"));
         }
     }
     assert_eq!(stored, want, "index entries drifted from the rows");
@@ -294,7 +311,7 @@ async fn globals_match(p: &Planner) {
 #[tokio::test]
 async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
     let (p, _) = fixture::empty_planner().await;
-    let on = opts(true);
+    let on = opts(IndexMode::Force);
     for t in ["indexed", "plain", "globaled"] {
         let sql = format!(
             "CREATE TABLE {t} (p TEXT, r INT, a INT, b TEXT, c FLOAT8, PRIMARY KEY (p, r))"
@@ -303,7 +320,13 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
     }
     // One index before any row, one built over rows.
     assert_eq!(
-        run(&p, "CREATE INDEX ix_a ON indexed (a)", None, &on).await,
+        run(
+            &p,
+            "CREATE INDEX ix_a ON indexed (a) INCLUDE (c)",
+            None,
+            &on
+        )
+        .await,
         "CREATE INDEX"
     );
     assert_eq!(
@@ -311,7 +334,7 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
         "CREATE INDEX"
     );
     let mut rng = Rng::with_seed(20261129);
-    let (mut used, mut used_global) = (0, 0);
+    let (mut used, mut used_global, mut only, mut weighed_scans) = (0, 0, 0, 0);
     for round in 0..12 {
         for _ in 0..25 {
             if rng.u8(..8) == 0 {
@@ -360,7 +383,13 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
         }
         if round == 3 {
             assert_eq!(
-                run(&p, "CREATE INDEX ix_ba ON indexed (b, a)", None, &on).await,
+                run(
+                    &p,
+                    "CREATE INDEX ix_ba ON indexed (b, a) INCLUDE (c)",
+                    None,
+                    &on
+                )
+                .await,
                 "CREATE INDEX"
             );
             assert_eq!(
@@ -378,9 +407,17 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
         for q in queries(&mut rng) {
             let plain = run(&p, &q.replace("{t}", "plain"), None, &on).await;
             let with = run(&p, &q.replace("{t}", "indexed"), None, &on).await;
-            let without = run(&p, &q.replace("{t}", "indexed"), None, &opts(false)).await;
+            let weighed = run(&p, &q.replace("{t}", "indexed"), None, &opts(IndexMode::On)).await;
+            let without = run(
+                &p,
+                &q.replace("{t}", "indexed"),
+                None,
+                &opts(IndexMode::Off),
+            )
+            .await;
             let global = run(&p, &q.replace("{t}", "globaled"), None, &on).await;
             assert_eq!(with, plain, "{q} (index used)");
+            assert_eq!(weighed, plain, "{q} (index used when cheaper)");
             assert_eq!(without, plain, "{q} (index not used)");
             assert_eq!(global, plain, "{q} (global index)");
             for (t, count) in [("indexed", &mut used), ("globaled", &mut used_global)] {
@@ -389,6 +426,17 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
                 if let Plan::Select(s) = p.plan(&stmt, &sql).unwrap() {
                     let (_, actuals) = p.execute(&s, &[], &on).unwrap().collect().await.unwrap();
                     *count += usize::from(actuals.index.is_some());
+                    if t == "indexed" {
+                        only += usize::from(actuals.index_only);
+                        let (_, weighed) = p
+                            .execute(&s, &[], &opts(IndexMode::On))
+                            .unwrap()
+                            .collect()
+                            .await
+                            .unwrap();
+                        weighed_scans +=
+                            usize::from(actuals.index.is_some() && weighed.index.is_none());
+                    }
                 }
             }
         }
@@ -397,6 +445,9 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
         globals_match(&p).await;
     }
     assert!(used > 20, "the index was used for {used} queries only");
+    assert!(only > 10, "the entries alone answered {only} queries only");
+    // Some lookups cost more than the scans they would replace.
+    assert!(weighed_scans > 0, "the cost model never chose a scan");
     assert!(
         used_global > 20,
         "the global index was used for {used_global} queries only"
@@ -522,7 +573,7 @@ async fn indexed_and_plain_tables_answer_alike_under_random_writes() {
 #[tokio::test]
 async fn unique_indexes_refuse_a_second_row_per_value_in_a_partition() {
     let (p, _) = fixture::empty_planner().await;
-    let on = opts(true);
+    let on = opts(IndexMode::Force);
     run(
         &p,
         "CREATE TABLE users (org TEXT, id INT, email TEXT, PRIMARY KEY (org, id))",
@@ -774,7 +825,7 @@ async fn unique_indexes_refuse_a_second_row_per_value_in_a_partition() {
 #[tokio::test]
 async fn writes_planned_before_an_index_change_follow_it() {
     let (p, store) = fixture::empty_planner().await;
-    let on = opts(true);
+    let on = opts(IndexMode::Force);
     run(
         &p,
         "CREATE TABLE indexed (p TEXT, r INT, a INT, b TEXT, c FLOAT8, PRIMARY KEY (p, r))",
@@ -885,7 +936,7 @@ async fn writes_planned_before_an_index_change_follow_it() {
 #[tokio::test]
 async fn a_building_index_is_kept_but_not_used_for_lookups() {
     let (p, _) = fixture::empty_planner().await;
-    let on = opts(true);
+    let on = opts(IndexMode::Force);
     run(
         &p,
         "CREATE TABLE indexed (p TEXT, r INT, a INT, b TEXT, c FLOAT8, PRIMARY KEY (p, r))",
@@ -953,4 +1004,83 @@ async fn a_throttled_write_names_the_indexes_it_carried() {
             && err.contains("the write's 2 operations included 1 of index indexed_a"),
         "{err}"
     );
+}
+
+/// Index-only reads: a row's ETag and Timestamp are its own, not its
+/// entry's, so a query that tests them reads the row; an update of a
+/// column the entries do not carry leaves the answer right; a column named
+/// like the entries' own property cannot be carried.
+#[tokio::test]
+async fn index_only_reads_leave_the_rows_own_columns_to_the_row() {
+    let (p, _) = fixture::empty_planner().await;
+    let on = opts(IndexMode::Force);
+    for sql in [
+        "CREATE TABLE items (p TEXT, r INT, a INT, b TEXT, c FLOAT8, PRIMARY KEY (p, r))",
+        "CREATE INDEX items_a ON items (a) INCLUDE (c)",
+        "INSERT INTO items VALUES ('x', 1, 1, 'one', 1.5), ('x', 2, 1, 'two', 2.5)",
+        "UPDATE items SET b = 'uno' WHERE p = 'x' AND r = 1",
+    ] {
+        assert!(!run(&p, sql, None, &on).await.starts_with("error"), "{sql}");
+    }
+    let etag = run(
+        &p,
+        "SELECT etag FROM items WHERE p = 'x' AND r = 1",
+        None,
+        &on,
+    )
+    .await
+    .replace('\'', "''");
+    let actuals = |sql: String| {
+        let p = &p;
+        let on = &on;
+        async move {
+            let stmt = Planner::parse(&sql).unwrap().remove(0);
+            let Plan::Select(s) = p.plan(&stmt, &sql).unwrap() else {
+                panic!("{sql}")
+            };
+            let (batches, a) = p.execute(&s, &[], on).unwrap().collect().await.unwrap();
+            (rows(&batches).join("\n"), a.index_only)
+        }
+    };
+    assert_eq!(
+        actuals("SELECT r, c FROM items WHERE p = 'x' AND a = 1".into()).await,
+        ("1|1.5\n2|2.5".to_owned(), true)
+    );
+    assert_eq!(
+        actuals(format!(
+            "SELECT r, c FROM items WHERE p = 'x' AND a = 1 AND etag = '{etag}'"
+        ))
+        .await,
+        ("1|1.5".to_owned(), false)
+    );
+    assert_eq!(
+        actuals("SELECT r, b FROM items WHERE p = 'x' AND a = 1".into()).await,
+        ("1|uno\n2|two".to_owned(), false)
+    );
+    // UPDATE reads whole rows: EXPLAIN prices it with the row lookups.
+    let sql = "EXPLAIN UPDATE items SET c = 0 WHERE p = 'x' AND a = 1";
+    let stmt = Planner::parse(sql).unwrap().remove(0);
+    let Plan::Explain(e) = p.plan(&stmt, sql).unwrap() else {
+        panic!("{sql}")
+    };
+    let text = p.explain_plan(&e, &[], &on).await.unwrap().join("\n");
+    assert!(
+        text.contains("Index Lookup: items_a") && !text.contains("Index Only"),
+        "{text}"
+    );
+    run(
+        &p,
+        "CREATE TABLE oddly (p TEXT, r INT, a INT, tg_base TEXT, PRIMARY KEY (p, r))",
+        None,
+        &on,
+    )
+    .await;
+    let refused = run(
+        &p,
+        "CREATE INDEX oddly_a ON oddly (a) INCLUDE (tg_base)",
+        None,
+        &on,
+    )
+    .await;
+    assert!(refused.contains("\"tg_base\""), "{refused}");
 }
