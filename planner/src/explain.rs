@@ -112,6 +112,8 @@ pub fn estimate(store: &Backend, b: &BoundSelect, page_size: usize) -> Result<Es
             } else {
                 0
             },
+            // No statistics: the lookup is named, not costed.
+            index: index_cost(store, b)?,
             ..Estimate::default()
         });
     }

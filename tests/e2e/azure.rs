@@ -1063,4 +1063,17 @@ fn azure_index_verify_finds_and_repairs_drift() {
         out.contains(" 1 | a@x") && out.contains(" 3 | c@x"),
         "{out}"
     );
+    // No statistics to weigh it by: an index that applies is used, and
+    // EXPLAIN says so.
+    let p = plan(
+        s,
+        "EXPLAIN",
+        &format!("SELECT id, email FROM {t} WHERE org = 'o1' AND team = 1"),
+    )
+    .join("\n");
+    assert!(
+        p.contains(&format!("Index Only Lookup: {t}_team"))
+            && p.contains("Chosen because: this backend keeps no statistics"),
+        "{p}"
+    );
 }
