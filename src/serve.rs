@@ -149,7 +149,7 @@ pub async fn serve(planner: Planner, settings: &Settings) -> Result<(), String> 
     let partitioned = planner.store().partitioned().cloned();
     let balancer = partitioned.as_ref().map(|p| p.spawn_balancer());
     if let Some(addr) = settings.metrics_listen {
-        start_metrics(addr, partitioned.clone())?;
+        start_metrics(addr, partitioned.clone(), planner.clone())?;
         println!("metrics on http://{addr}/metrics");
     }
     let server = bind(planner, settings).await?;
@@ -406,9 +406,13 @@ impl Embedded {
 
 /// Installs the Prometheus recorder with its HTTP listener, and a task
 /// that publishes the partition layer's state (throttle counters, server
-/// load, hot partitions) every second. Statement metrics come from the
-/// gateway's telemetry.
-fn start_metrics(addr: SocketAddr, store: Option<PartitionedStore>) -> Result<(), String> {
+/// load, hot partitions) and the global indexes' lag every second.
+/// Statement metrics come from the gateway's telemetry.
+fn start_metrics(
+    addr: SocketAddr,
+    store: Option<PartitionedStore>,
+    planner: Planner,
+) -> Result<(), String> {
     metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(
@@ -452,6 +456,7 @@ fn start_metrics(addr: SocketAddr, store: Option<PartitionedStore>) -> Result<()
             if let Some(store) = &store {
                 publish_store_metrics(store);
             }
+            publish_index_metrics(&planner);
         }
     });
     Ok(())
@@ -530,6 +535,37 @@ fn describe_metrics() {
         "tablegate_engine_errors_total",
         "Storage engine errors, by operation (read, write)"
     );
+    describe_gauge!(
+        "tablegate_global_index_pending_partitions",
+        "Partitions of a table whose changes this gateway has queued for its GLOBAL indexes and not yet applied"
+    );
+    describe_gauge!(
+        "tablegate_global_index_lag_seconds",
+        metrics::Unit::Seconds,
+        "How long the oldest queued change of a table's GLOBAL indexes has waited on this gateway (0 when none waits)"
+    );
+    describe_counter!(
+        "tablegate_global_index_rows_applied_total",
+        "Rows whose queued changes this gateway applied to a table's GLOBAL indexes"
+    );
+}
+
+/// The lag of this gateway's global index maintainer, per table with a
+/// GLOBAL index (the same figures as `tablegate.indexes`). A dropped
+/// table's series leave with the gauges' idle timeout.
+fn publish_index_metrics(planner: &Planner) {
+    for def in planner.catalog().tables() {
+        if !def.indexes.iter().any(|i| i.global) {
+            continue;
+        }
+        let lag = planner.maintainer().lag(&def.name);
+        metrics::gauge!("tablegate_global_index_pending_partitions", "table" => def.name.clone())
+            .set(lag.partitions as f64);
+        metrics::gauge!("tablegate_global_index_lag_seconds", "table" => def.name.clone())
+            .set(lag.oldest.map_or(0.0, |d| d.as_secs_f64()));
+        metrics::counter!("tablegate_global_index_rows_applied_total", "table" => def.name.clone())
+            .absolute(lag.applied);
+    }
 }
 
 fn publish_store_metrics(store: &PartitionedStore) {

@@ -159,10 +159,6 @@ pub struct Entry {
 /// answer an index-only read wrongly).
 impl PartialEq for Entry {
     fn eq(&self, other: &Entry) -> bool {
-        let same = |a: &Value, b: &Value| match (a, b) {
-            (Value::Double(x), Value::Double(y)) => x.to_bits() == y.to_bits(),
-            _ => a == b,
-        };
         self.index == other.index
             && self.row_key == other.row_key
             && self.covered.len() == other.covered.len()
@@ -172,6 +168,20 @@ impl PartialEq for Entry {
                 .zip(&other.covered)
                 .all(|((n, a), (m, b))| n == m && same(a, b))
     }
+}
+
+/// Whether two values are the same stored value: doubles compare by
+/// their bits (-0 is not 0, NaN is NaN), as an index-only read must.
+pub fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Double(x), Value::Double(y)) => x.to_bits() == y.to_bits(),
+        _ => a == b,
+    }
+}
+
+/// [`same`] for every property of two entities.
+pub fn same_properties(a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|((n, x), (m, y))| n == m && same(x, y))
 }
 
 impl IndexDef {

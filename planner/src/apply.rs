@@ -724,19 +724,9 @@ impl Groups {
         // that every attempt (a throttled one is retried) sends as it is.
         let mut ends = Vec::new();
         let mut size = 0;
-        // Room for the index entries each operation may add and remove;
-        // an entry of an index with INCLUDE carries (at most) a copy of
-        // the row's values.
-        let entries = 2 * r.plan.table.indexes.len() * (4 * limits::MAX_KEY_UTF16 + 1024);
-        let copies = 1 + r
-            .plan
-            .table
-            .indexes
-            .iter()
-            .filter(|i| !i.include.is_empty())
-            .count();
         for (i, op) in ops.iter().enumerate() {
-            let bytes = op.payload_size() * copies + entries;
+            let own = op.payload_size();
+            let bytes = own + index::entry_room(&r.plan.table, own);
             if i > 0 && size + bytes > limits::MAX_BATCH_BYTES {
                 ends.push(i);
                 size = 0;

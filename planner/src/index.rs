@@ -43,6 +43,22 @@ pub fn ops_per_row(table: &TableDef, changes_values: bool) -> usize {
     1 + queue + if changes_values { 2 * n } else { n }
 }
 
+/// Bytes a batch keeps free beside an operation whose row carries
+/// `row_bytes`, for the entries of `table`'s indexes: per index an entry
+/// removed and one added, and per INCLUDE index a copy of (at most) the
+/// row's values.
+pub fn entry_room(table: &TableDef, row_bytes: usize) -> usize {
+    if table.indexes.is_empty() {
+        return 0;
+    }
+    let copies = table
+        .indexes
+        .iter()
+        .filter(|i| !i.include.is_empty())
+        .count();
+    row_bytes * copies + 2 * table.indexes.len() * (4 * limits::MAX_KEY_UTF16 + 1024)
+}
+
 /// Rows of `table` that fit one entity-group transaction.
 pub fn rows_per_group(table: &TableDef, changes_values: bool) -> usize {
     (limits::MAX_BATCH_OPERATIONS / ops_per_row(table, changes_values)).max(1)
@@ -1190,7 +1206,9 @@ async fn check_partition(
             .collect();
         let what = match stored.get(rk) {
             None => "missing",
-            Some(e) if e.properties != props => "outdated (other INCLUDE values than the row's)",
+            Some(e) if !layout::same_properties(&e.properties, &props) => {
+                "outdated (other INCLUDE values than the row's)"
+            }
             Some(_) => continue,
         };
         check.missing += 1;

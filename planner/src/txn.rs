@@ -280,16 +280,17 @@ impl Transaction {
         {
             let mut stats = RetryStats::default();
             let current = with_retry(retry, &mut stats, || store.get(table, pk, rk)).await?;
+            let scope = Arc::clone(&self.writes.scope.as_ref().expect("staged, so scoped").0);
             let s = Arc::make_mut(&mut self.writes.staged)
                 .get_mut(rk)
                 .expect("checked");
-            let before = payload(pk, rk, s);
+            let before = payload(&scope, pk, rk, s);
             s.base = match current {
                 Some(e) => Base::Present(e),
                 None => Base::Absent,
             };
             // The base decides the operation (Insert, Replace, nothing).
-            self.writes.bytes = self.writes.bytes - before + payload(pk, rk, s);
+            self.writes.bytes = self.writes.bytes - before + payload(&scope, pk, rk, s);
         }
         Ok(())
     }
@@ -396,13 +397,23 @@ impl Transaction {
                 }
             }
         };
-        let before = self.writes.staged.get(rk).map_or(0, |s| payload(pk, rk, s));
-        let size = self.writes.bytes - before + payload(pk, rk, &next);
+        let before = self
+            .writes
+            .staged
+            .get(rk)
+            .map_or(0, |s| payload(table, pk, rk, s));
+        let size = self.writes.bytes - before + payload(table, pk, rk, &next);
         if size > limits::MAX_BATCH_BYTES {
+            let entries = match table.indexes.len() {
+                0 => "",
+                _ => {
+                    ", counting the entries of its indexes (those with INCLUDE carry a copy of the row's values)"
+                }
+            };
             return Err(PlanError::TransactionRule {
                 rule: TxnRule::MaxBytes,
                 message: format!(
-                    "a transaction writes at most {} bytes; this write would make it {size}",
+                    "a transaction writes at most {} bytes{entries}; this write would make it {size}",
                     limits::MAX_BATCH_BYTES
                 ),
             });
@@ -567,12 +578,16 @@ fn operation(pk: &str, rk: String, s: Staged) -> Option<Operation> {
 /// The payload bytes of [`operation`] (0 for none), counted without
 /// building it: an operation is a copy of the staged properties, and this
 /// runs for every statement of a transaction.
-fn payload(pk: &str, rk: &str, s: &Staged) -> usize {
-    match (&s.base, &s.fin) {
-        (Base::Absent, Final::Deleted) => 0,
+fn payload(table: &TableDef, pk: &str, rk: &str, s: &Staged) -> usize {
+    let own = match (&s.base, &s.fin) {
+        (Base::Absent, Final::Deleted) => return 0,
         (_, Final::Deleted) => write_size(pk, rk, &BTreeMap::new()),
         (_, Final::Put { props, .. }) => write_size(pk, rk, props),
-    }
+    };
+    // COMMIT also sends the index entries; those of an INCLUDE index carry
+    // the final row's values, which a merge takes partly from the base.
+    let row = view(s, pk, rk).map_or(0, |e| e.size_in_formula());
+    own + crate::index::entry_room(table, row)
 }
 
 /// A staged entity's view: what a read inside the transaction sees.
@@ -685,7 +700,7 @@ mod tests {
                     fin,
                 };
                 let want = operation("p", "a".into(), s.clone()).map_or(0, |o| o.payload_size());
-                assert_eq!(payload("p", "a", &s), want, "{s:?}");
+                assert_eq!(payload(&table(), "p", "a", &s), want, "{s:?}");
             }
         }
     }

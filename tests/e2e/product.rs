@@ -253,11 +253,45 @@ fn metrics_endpoint_serves_prometheus_text_that_follows_queries() {
         &[
             "SELECT name FROM registrations WHERE race = '2026 New York City Marathon__Full' AND runner = 'BIB:00001__x'",
             "SELECT count(*) FROM registrations",
+            "CREATE TABLE lagged (pk text, rk text, email text, PRIMARY KEY (pk, rk))",
+            "CREATE INDEX lagged_email ON lagged (email) GLOBAL",
+            "INSERT INTO lagged VALUES ('a', '1', 'x@y'), ('b', '1', 'z@y'), ('b', '2', 'x@y')",
         ],
     );
     assert!(ok, "{err}");
+    // The maintainer applies the three rows' changes on its own.
+    let lagged = |body: &str, family: &str| {
+        let key = format!("{family}{{table=\"lagged\"}}");
+        samples(body)
+            .into_iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    };
+    let mut body = scrape(port);
+    for _ in 0..100 {
+        if lagged(&body, "tablegate_global_index_rows_applied_total") == Some(3.0) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        body = scrape(port);
+    }
     std::thread::sleep(std::time::Duration::from_millis(1200));
     let body = scrape(port);
+    assert_eq!(
+        lagged(&body, "tablegate_global_index_rows_applied_total"),
+        Some(3.0),
+        "{body}"
+    );
+    assert_eq!(
+        lagged(&body, "tablegate_global_index_pending_partitions"),
+        Some(0.0),
+        "{body}"
+    );
+    assert_eq!(
+        lagged(&body, "tablegate_global_index_lag_seconds"),
+        Some(0.0),
+        "{body}"
+    );
     assert_eq!(point(&body), point(&before) + 1.0, "{body}");
     // Every class's series exists from the start; this one counted the
     // count(*).

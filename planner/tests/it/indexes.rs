@@ -1084,3 +1084,189 @@ async fn index_only_reads_leave_the_rows_own_columns_to_the_row() {
     .await;
     assert!(refused.contains("\"tg_base\""), "{refused}");
 }
+
+#[tokio::test]
+async fn included_copies_count_against_a_transaction_and_a_batch() {
+    let (p, _) = fixture::empty_planner().await;
+    let on = opts(IndexMode::On);
+    for sql in [
+        "CREATE TABLE notes (p TEXT, r INT, a INT, n1 TEXT, n2 TEXT, PRIMARY KEY (p, r))",
+        "CREATE INDEX notes_a ON notes (a) INCLUDE (n1, n2)",
+    ] {
+        assert!(!run(&p, sql, None, &on).await.starts_with("error"), "{sql}");
+    }
+    // Each row carries about 120 KB, and its entry a copy: 33 rows fit the
+    // operations of one transaction, but only half as many its bytes.
+    let big = "x".repeat(30_000);
+    let row = |r: usize| format!("('p', {r}, {r}, '{big}', '{big}')");
+    let mut txn = Transaction::new();
+    let mut staged = 0;
+    let refused = loop {
+        let sql = format!("INSERT INTO notes VALUES {}", row(staged));
+        let out = run(&p, &sql, Some(&mut txn), &on).await;
+        if out.starts_with("error") {
+            break out;
+        }
+        staged += 1;
+    };
+    assert!(
+        refused.contains("counting the entries of its indexes"),
+        "{refused}"
+    );
+    assert!((10..25).contains(&staged), "{staged} rows staged");
+    // What was staged commits: the refusal came before COMMIT's batch
+    // could be too big for the store.
+    assert_eq!(p.commit(txn, &on).await.unwrap(), staged);
+    // One statement of 40 such rows splits into batches that fit.
+    // (The values are parameters: a statement's text stops at 1 MiB.)
+    let rows: Vec<String> = (100..140)
+        .map(|r| format!("('p', {r}, {r}, $1, $1)"))
+        .collect();
+    let sql = format!("INSERT INTO notes VALUES {}", rows.join(", "));
+    let stmt = Planner::parse(&sql).unwrap().remove(0);
+    let Plan::Write(w) = p.plan(&stmt, &sql).unwrap() else {
+        panic!("{sql}")
+    };
+    let param = [Some(tablegate_store::Value::String(big.clone()))];
+    assert_eq!(p.write(&w, &param, None, &on).await.unwrap().rows, 40);
+    let table = p.catalog().table("notes").unwrap();
+    let retry = tablegate_store::RetryPolicy::default();
+    let c = index::verify(p.store(), &table, false, &retry, &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.rows, c.entries),
+        (staged as u64 + 40, staged as u64 + 40)
+    );
+    assert_eq!((c.missing, c.stale), (0, 0), "{c:?}");
+}
+
+#[tokio::test]
+async fn a_carried_minus_zero_is_not_zero() {
+    let (p, _) = fixture::empty_planner().await;
+    let on = opts(IndexMode::Force);
+    for sql in [
+        "CREATE TABLE signs (p TEXT, r INT, a INT, c FLOAT8, PRIMARY KEY (p, r))",
+        "CREATE INDEX signs_a ON signs (a) INCLUDE (c)",
+        "INSERT INTO signs VALUES ('x', 1, 1, 0)",
+        "UPDATE signs SET c = '-0'::float8 WHERE p = 'x' AND r = 1",
+    ] {
+        assert!(!run(&p, sql, None, &on).await.starts_with("error"), "{sql}");
+    }
+    // The update rewrote the entry in place, though -0 == 0: the
+    // index-only read answers the row's value.
+    let sql = "SELECT c FROM signs WHERE p = 'x' AND a = 1";
+    assert_eq!(run(&p, sql, None, &on).await, "-0");
+    let entry = read_all_of(
+        p.store(),
+        "signs",
+        KeyInterval::prefix(&INDEX_ROW_PREFIX.to_string()),
+    )
+    .await
+    .remove(0);
+    assert_eq!(
+        entry.properties["c"],
+        tablegate_store::Value::Double(-0.0),
+        "{entry:?}"
+    );
+    assert!(
+        matches!(entry.properties["c"], tablegate_store::Value::Double(d) if d.is_sign_negative())
+    );
+    // An entry carrying 0 for the row's -0 is drift that verify finds.
+    let mut w = EntityWrite::new(entry.partition_key.clone(), entry.row_key.clone());
+    for (k, v) in &entry.properties {
+        w = w.with(k, v.clone());
+    }
+    w = w.with("c", tablegate_store::Value::Double(0.0));
+    p.store()
+        .execute("signs", vec![Operation::InsertOrReplace(w)].into())
+        .await
+        .unwrap();
+    assert_eq!(run(&p, sql, None, &on).await, "0");
+    let table = p.catalog().table("signs").unwrap();
+    let retry = tablegate_store::RetryPolicy::default();
+    let found = index::verify(p.store(), &table, false, &retry, &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(found.missing, 1, "{found:?}");
+    assert!(found.examples[0].starts_with("outdated"), "{found:?}");
+    let fixed = index::verify(p.store(), &table, true, &retry, &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(fixed.repaired, 1, "{fixed:?}");
+    assert_eq!(run(&p, sql, None, &on).await, "-0");
+}
+
+/// CREATE INDEX … INCLUDE while the same gateway updates the included
+/// values: the backfill writes entries from rows it read earlier, so only
+/// the pass that ends the build (writes held) makes the entries right for
+/// index-only reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_include_build_racing_updates_ends_with_the_rows_values() {
+    use tablegate_store::partition::{PartitionConfig, Targets};
+    let store = tablegate_store::PartitionedStore::new(
+        tablegate_store::LocalStore::in_memory(),
+        PartitionConfig {
+            // Slow enough that updates land between the backfill's reads
+            // and its writes.
+            targets: Some(Targets {
+                per_partition: 2_000,
+                per_server: 4_000,
+                per_account: 8_000,
+                burst: 1.0,
+            }),
+            move_offline: Duration::ZERO,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let p = std::sync::Arc::new(Planner::open(store).await.unwrap());
+    let o = opts(IndexMode::Force);
+    let sql = "CREATE TABLE raced (p TEXT, r INT, a INT, c INT, PRIMARY KEY (p, r))";
+    assert_eq!(run(&p, sql, None, &o).await, "CREATE TABLE");
+    for pk in 0..20 {
+        let rows: Vec<String> = (0..100)
+            .map(|r| format!("('p{pk}', {r}, {}, 0)", r % 7))
+            .collect();
+        let sql = format!("INSERT INTO raced VALUES {}", rows.join(", "));
+        assert_eq!(run(&p, &sql, None, &o).await, "INSERT 100");
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (p, done, o) = (p.clone(), done.clone(), o.clone());
+        async move {
+            let mut rng = Rng::with_seed(7);
+            let mut n = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let sql = format!(
+                    "UPDATE raced SET c = {n} WHERE p = 'p{}' AND r = {}",
+                    rng.usize(0..20),
+                    rng.usize(0..100)
+                );
+                let out = run(&p, &sql, None, &o).await;
+                assert!(out == "UPDATE 1" || out.contains("busy"), "{out}");
+            }
+            n
+        }
+    });
+    let sql = "CREATE INDEX raced_a ON raced (a) INCLUDE (c)";
+    assert_eq!(run(&p, sql, None, &o).await, "CREATE INDEX");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let updates = writer.await.unwrap();
+    assert!(updates > 10, "only {updates} updates ran beside the build");
+    let table = p.catalog().table("raced").unwrap();
+    let retry = tablegate_store::RetryPolicy::default();
+    let c = index::verify(p.store(), &table, false, &retry, &|_| {})
+        .await
+        .unwrap();
+    assert_eq!((c.rows, c.entries), (2_000, 2_000), "{c:?}");
+    assert_eq!((c.missing, c.stale), (0, 0), "{c:?}");
+    // Index-only reads answer what the rows hold.
+    for pk in 0..20 {
+        let sql = format!("SELECT r, c FROM raced WHERE p = 'p{pk}' AND a = 3 ORDER BY r");
+        let forced = run(&p, &sql, None, &o).await;
+        let scanned = run(&p, &sql, None, &opts(IndexMode::Off)).await;
+        assert_eq!(forced, scanned, "{sql}");
+    }
+}
