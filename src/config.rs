@@ -30,6 +30,11 @@ pub struct Settings {
     pub max_connections: usize,
     /// Memory the analytics engine may hold, all sessions together, in MiB.
     pub engine_memory_mb: usize,
+    /// The storage engine's block cache, in MiB (embedded backend).
+    pub cache_mb: u64,
+    /// The storage engine's write buffer (memtable) per keyspace, in MiB,
+    /// for a data directory it creates (an existing one keeps its own).
+    pub memtable_mb: u64,
     /// What one client may hold or make the server wait for.
     pub limits: Limits,
     /// Prometheus endpoint (`http://ADDR/metrics`); none when unset.
@@ -77,6 +82,8 @@ impl Default for Settings {
             unix_socket_dir: PathBuf::from("/var/run/postgresql"),
             max_connections: 100,
             engine_memory_mb: 1024,
+            cache_mb: tablegate_store::StoreOptions::DEFAULT_CACHE_BYTES >> 20,
+            memtable_mb: tablegate_store::StoreOptions::DEFAULT_MEMTABLE_BYTES >> 20,
             limits: Limits::default(),
             metrics_listen: None,
             flight_listen: None,
@@ -326,6 +333,13 @@ pub struct ServeArgs {
     /// [default: 1024].
     #[arg(long, env = "TABLEGATE_ENGINE_MEMORY_MB")]
     pub engine_memory_mb: Option<usize>,
+    /// The storage engine's block cache, in MiB [default: 128].
+    #[arg(long, env = "TABLEGATE_CACHE_MB")]
+    pub cache_mb: Option<u64>,
+    /// The storage engine's write buffer per keyspace, in MiB, for a data
+    /// directory it creates [default: 16].
+    #[arg(long, env = "TABLEGATE_MEMTABLE_MB")]
+    pub memtable_mb: Option<u64>,
     /// Serve Prometheus metrics on http://ADDR/metrics.
     #[arg(long, env = "TABLEGATE_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
@@ -426,6 +440,8 @@ impl ServeArgs {
         over!(self.analytics_concurrency => s.limits.analytics_concurrency);
         over!(self.analytics_queue_wait => s.limits.analytics_queue_wait);
         over!(self.engine_memory_mb => s.engine_memory_mb);
+        over!(self.cache_mb => s.cache_mb);
+        over!(self.memtable_mb => s.memtable_mb);
         if self.metrics_listen.is_some() {
             s.metrics_listen = self.metrics_listen;
         }
@@ -511,6 +527,12 @@ impl Settings {
         }
         if self.engine_memory_mb == 0 {
             return Err("engine_memory_mb must be positive".into());
+        }
+        if !(1..=1 << 20).contains(&self.cache_mb) {
+            return Err("cache_mb must be from 1 to 1048576".into());
+        }
+        if !(1..=1024).contains(&self.memtable_mb) {
+            return Err("memtable_mb must be from 1 to 1024".into());
         }
         let l = &self.limits;
         if l.max_starting_connections == 0

@@ -41,6 +41,8 @@ pub async fn open(settings: &Settings) -> Result<Planner, String> {
     let options = StoreOptions {
         // A test hook (`store/src/engine/faults.rs`): never set in production.
         fault_file: std::env::var_os("TABLEGATE_INJECT_FAULTS").map(Into::into),
+        cache_bytes: settings.cache_mb << 20,
+        memtable_bytes: Some(settings.memtable_mb << 20),
         ..StoreOptions::default()
     };
     let local = LocalStore::open(&settings.data, options).map_err(|e| {

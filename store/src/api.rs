@@ -87,6 +87,50 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
         hi: Bound<String>,
         limit: usize,
     ) -> Result<Vec<PartitionStats>>;
+    /// Makes every write acknowledged so far durable: the end of a
+    /// [`deferring_sync`] scope. A store whose every write is durable when
+    /// it returns (a remote service) has nothing to do.
+    async fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+tokio::task_local! {
+    /// Set inside [`deferring_sync`].
+    static DEFER_SYNC: bool;
+}
+
+thread_local! {
+    /// [`DEFER_SYNC`] of the task whose write runs on this thread.
+    static DEFERRED_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the store's writes applied without waiting for their
+/// fsync: the caller calls [`TableStore::sync`] before it acknowledges any
+/// of them (and before it reports any as applied). A bulk load of many
+/// entity-group transactions (COPY) then waits for one fsync per flush,
+/// not one per transaction. Its writes are visible to other sessions
+/// before that sync, as a batch already is for the length of its own.
+pub async fn deferring_sync<F: std::future::Future>(f: F) -> F::Output {
+    DEFER_SYNC.scope(true, f).await
+}
+
+/// Whether the write running on this thread may skip its fsync (see
+/// [`deferring_sync`]).
+pub(crate) fn sync_deferred_here() -> bool {
+    DEFERRED_HERE.with(std::cell::Cell::get)
+}
+
+/// Runs `f` with [`sync_deferred_here`] answering `defer`.
+pub(crate) fn with_deferral<T>(defer: bool, f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DEFERRED_HERE.with(|d| d.set(self.0));
+        }
+    }
+    let _reset = Reset(DEFERRED_HERE.with(|d| d.replace(defer)));
+    f()
 }
 
 tokio::task_local! {
@@ -149,14 +193,15 @@ pub fn write_on_this_thread() {
 pub(crate) async fn blocking_write<T: Send + 'static>(
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
+    let defer = DEFER_SYNC.try_with(|d| *d).unwrap_or(false);
     if WRITES_INLINE.with(std::cell::Cell::get) {
         // One turn back to the runtime first: a statement whose write takes
         // several calls (entity-group transactions) still sees a cancel or
         // its statement_timeout between them, as it did from the pool.
         tokio::task::yield_now().await;
-        f()
+        with_deferral(defer, f)
     } else {
-        blocking(f).await
+        blocking(move || with_deferral(defer, f)).await
     }
 }
 
@@ -220,6 +265,11 @@ macro_rules! table_store_over_blocking {
 
             async fn table_stats(&self, table: &str) -> $crate::Result<$crate::TableStats> {
                 self.table_stats_blocking(table)
+            }
+
+            async fn sync(&self) -> $crate::Result<()> {
+                let s = self.clone();
+                $crate::api::blocking_write(move || s.sync_blocking()).await
             }
 
             async fn partition_stats(

@@ -199,6 +199,10 @@ impl TableStore for Backend {
         self.store().table_stats(table).await
     }
 
+    async fn sync(&self) -> Result<()> {
+        self.store().sync().await
+    }
+
     async fn partition_stats(
         &self,
         table: &str,

@@ -53,7 +53,8 @@ pub mod query;
 pub mod retry;
 
 pub use api::{
-    PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore, write_on_this_thread,
+    PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore, deferring_sync,
+    write_on_this_thread,
 };
 pub use backend::{Backend, KeyOrder, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -64,13 +64,20 @@ pub struct StoreOptions {
     pub memtable_bytes: Option<u64>,
 }
 
+impl StoreOptions {
+    /// `tablegate serve`'s default block cache (`cache_mb`).
+    pub const DEFAULT_CACHE_BYTES: u64 = 128 << 20;
+    /// `tablegate serve`'s default memtable (`memtable_mb`).
+    pub const DEFAULT_MEMTABLE_BYTES: u64 = 16 << 20;
+}
+
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             durability: Durability::Sync,
-            cache_bytes: 256 * 1024 * 1024,
+            cache_bytes: Self::DEFAULT_CACHE_BYTES,
             fault_file: None,
-            memtable_bytes: None,
+            memtable_bytes: Some(Self::DEFAULT_MEMTABLE_BYTES),
         }
     }
 }
@@ -253,6 +260,11 @@ impl LocalStore {
     /// failing operation's index and nothing is applied.
     pub fn execute_blocking(&self, table: &str, ops: &[Operation]) -> Result<Vec<OpOutcome>> {
         self.inner.execute(table, ops)
+    }
+
+    /// Makes every write so far durable (see [`crate::deferring_sync`]).
+    pub fn sync_blocking(&self) -> Result<()> {
+        self.inner.engine.sync()
     }
 
     /// Reads one page of a query.

@@ -241,6 +241,54 @@ async fn a_failed_fsync_stops_writes_with_58030_and_loses_nothing() {
     writes_stop_then_a_restart_recovers("fsync eio", "58030", "journal fsync failed", "disk").await;
 }
 
+/// COPY applies its entity-group transactions without waiting for each
+/// one's fsync, then syncs once per flush: a failed fsync still fails the
+/// COPY, and none of its rows is reported as applied.
+#[tokio::test]
+async fn a_failed_fsync_fails_a_copy() {
+    use futures::SinkExt;
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let f = start(data.path(), work.path());
+    let c = connect(&f.server).await;
+    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    let copy = |rows: std::ops::Range<usize>| {
+        let c = &c;
+        async move {
+            let sink = c
+                .copy_in("COPY ledger FROM STDIN")
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut sink = std::pin::pin!(sink);
+            let text: String = rows
+                .map(|i| format!("p{}\t{i:05}\tcopied\n", i / 150))
+                .collect();
+            sink.send(bytes::Bytes::from(text))
+                .await
+                .map_err(|e| e.to_string())?;
+            sink.finish().await.map_err(|e| {
+                let db = db_error(&e);
+                format!("{} {} | {:?}", db.code().code(), db.message(), db.detail())
+            })
+        }
+    };
+    assert_eq!(copy(0..600).await, Ok(600));
+    std::fs::write(&f.control, "fsync eio\n").unwrap();
+    let err = copy(600..1200).await.unwrap_err();
+    assert!(
+        err.starts_with("58030") && err.contains("journal fsync failed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("may not be on disk; the 0 row(s) before them are"),
+        "{err}"
+    );
+    std::fs::write(&f.control, "").unwrap();
+    assert!(count(&c).await >= 600);
+}
+
 #[tokio::test]
 async fn a_full_disk_stops_writes_with_53100_and_loses_nothing() {
     writes_stop_then_a_restart_recovers(

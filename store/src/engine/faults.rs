@@ -135,7 +135,18 @@ impl Engine for Faulty {
             return Err(injected("journal write", errno));
         }
         self.inner.apply(batch)?;
+        // A deferred batch's fsync is the sync that ends its deferral.
         match faults.fsync {
+            Some(errno) if !crate::api::sync_deferred_here() => {
+                Err(injected("journal fsync", errno))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.inner.sync()?;
+        match self.faults().fsync {
             Some(errno) => Err(injected("journal fsync", errno)),
             None => Ok(()),
         }

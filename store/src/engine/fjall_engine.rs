@@ -94,6 +94,10 @@ fn write_failure(what: &str, e: fjall::Error) -> StoreError {
     e.into()
 }
 
+/// Free space under which a failed background write is taken for a full
+/// disk: a flush writes up to a memtable, a compaction more.
+const LOW_SPACE_BYTES: u64 = 64 << 20;
+
 /// Data block size of the entities keyspace. fjall's default is 4 KiB;
 /// 16 KiB blocks cost a full scan and a 100-row range less server CPU:
 /// fewer blocks to find, load and start iterating per entity.
@@ -124,6 +128,8 @@ fn entity_keyspace_options() -> KeyspaceCreateOptions {
 pub(crate) struct FjallEngine {
     /// Declared first so it stops before the database closes.
     fill: Option<JournalFill>,
+    /// The database's folder.
+    dir: std::path::PathBuf,
     /// Held shared while fjall appends a batch to its journal, exclusively
     /// while the fill writes zeros past it ([`journal_fill`](super::journal_fill)).
     gate: Arc<JournalGate>,
@@ -276,6 +282,7 @@ impl FjallEngine {
             _ => None,
         };
         Ok(FjallEngine {
+            dir: path.to_path_buf(),
             fill,
             gate,
             db,
@@ -342,6 +349,35 @@ impl FjallEngine {
         synced
     }
 
+    /// A background flush or compaction that failed while the disk is
+    /// (nearly) full failed for want of space: say so, as a journal write
+    /// that fails with ENOSPC does (53100, not a disk error).
+    fn full_disk_if_so(&self, e: StoreError) -> StoreError {
+        let StoreError::WritesStopped {
+            cause,
+            disk_full: false,
+        } = &e
+        else {
+            return e;
+        };
+        if !cause.contains("background write") {
+            return e;
+        }
+        match rustix::fs::statvfs(&self.dir) {
+            Ok(s) if s.f_bavail.saturating_mul(s.f_frsize) < LOW_SPACE_BYTES => {
+                StoreError::WritesStopped {
+                    cause: format!(
+                        "No space left on device: a background flush or compaction could not write ({} bytes free in {})",
+                        s.f_bavail.saturating_mul(s.f_frsize),
+                        self.dir.display()
+                    ),
+                    disk_full: true,
+                }
+            }
+            _ => e,
+        }
+    }
+
     fn sync_journal(&self) -> Result<()> {
         let mut journal = self.journal.lock();
         match journal.sync() {
@@ -390,11 +426,21 @@ impl Engine for FjallEngine {
         }
         {
             let _shared = self.gate.read();
-            wb.commit().map_err(|e| write_failure("journal write", e))?;
+            wb.commit()
+                .map_err(|e| self.full_disk_if_so(write_failure("journal write", e)))?;
         }
         let ticket = self.written.fetch_add(1, Ordering::AcqRel) + 1;
         match self.durability {
-            Durability::Sync => self.sync_through(ticket),
+            Durability::Sync if !crate::api::sync_deferred_here() => self.sync_through(ticket),
+            _ => Ok(()),
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        match self.durability {
+            Durability::Sync => self
+                .sync_through(self.written.load(Ordering::Acquire))
+                .map_err(|e| self.full_disk_if_so(e)),
             Durability::Buffered => Ok(()),
         }
     }
@@ -426,6 +472,36 @@ mod tests {
             key: format!("k{i:06}").into_bytes(),
             value: i.to_be_bytes().to_vec(),
         }
+    }
+
+    /// Inside a deferral a batch is applied (readable) without its fsync;
+    /// `sync` then covers every batch written so far, and outside a
+    /// deferral each batch waits for its own as before.
+    #[test]
+    fn deferred_batches_wait_for_one_sync() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let engine = FjallEngine::open(dir.path(), Durability::Sync, 1 << 20).expect("open");
+        let synced = || engine.sync.lock().synced;
+        crate::api::with_deferral(true, || {
+            for i in 0..10 {
+                engine.apply(vec![put(i)]).expect("write");
+            }
+        });
+        assert_eq!(synced(), 0, "no batch of the deferral waited for an fsync");
+        assert!(
+            engine
+                .get(Space::Entities, b"k000009")
+                .expect("read")
+                .is_some()
+        );
+        engine.sync().expect("sync");
+        assert_eq!(synced(), 10);
+        engine.apply(vec![put(10)]).expect("write");
+        assert_eq!(synced(), 11, "outside a deferral a batch syncs");
+        crate::api::with_deferral(true, || engine.apply(vec![put(11)])).expect("write");
+        assert_eq!(synced(), 11);
+        // The flag does not outlive its scope.
+        assert!(!crate::api::sync_deferred_here());
     }
 
     /// The group commit's coupling to fjall: the database keeps its active

@@ -122,6 +122,23 @@ impl Watched {
     pub(crate) fn new(inner: Box<dyn Engine>, health: Arc<Health>) -> Watched {
         Watched { inner, health }
     }
+
+    /// A write (a batch or a sync): refused once writes stopped, counted
+    /// when it fails, and a failure that stops writes latched.
+    fn write(&self, f: impl FnOnce() -> Result<()>) -> Result<()> {
+        if let Some(refused) = self.health.refusal() {
+            self.health.write_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(refused);
+        }
+        let r = f();
+        if let Err(e) = &r {
+            self.health.write_errors.fetch_add(1, Ordering::Relaxed);
+            if let StoreError::WritesStopped { cause, disk_full } = e {
+                self.health.fail(cause, *disk_full);
+            }
+        }
+        r
+    }
 }
 
 impl Engine for Watched {
@@ -160,18 +177,11 @@ impl Engine for Watched {
     }
 
     fn apply(&self, batch: Vec<Mutation>) -> Result<()> {
-        if let Some(refused) = self.health.refusal() {
-            self.health.write_errors.fetch_add(1, Ordering::Relaxed);
-            return Err(refused);
-        }
-        let r = self.inner.apply(batch);
-        if let Err(e) = &r {
-            self.health.write_errors.fetch_add(1, Ordering::Relaxed);
-            if let StoreError::WritesStopped { cause, disk_full } = e {
-                self.health.fail(cause, *disk_full);
-            }
-        }
-        r
+        self.write(|| self.inner.apply(batch))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.write(|| self.inner.sync())
     }
 
     fn disk_space(&self) -> u64 {

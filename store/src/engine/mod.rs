@@ -122,8 +122,15 @@ pub(crate) trait Engine: Send + Sync + std::fmt::Debug + 'static {
         Ok(last)
     }
 
-    /// Applies every mutation atomically, durably as configured, then returns.
+    /// Applies every mutation atomically, durably as configured, then returns
+    /// (inside [`crate::deferring_sync`], before the fsync).
     fn apply(&self, batch: Vec<Mutation>) -> Result<()>;
+
+    /// Makes every batch applied so far durable (the end of a
+    /// [`crate::deferring_sync`] scope).
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Bytes on disk (0 for memory).
     fn disk_space(&self) -> u64;

@@ -393,6 +393,11 @@ impl PartitionedStore {
         r
     }
 
+    /// Makes every write so far durable (see [`crate::deferring_sync`]).
+    pub fn sync_blocking(&self) -> Result<()> {
+        self.shared.store.sync_blocking()
+    }
+
     /// An entity-group transaction, routed to its partition's server and
     /// throttled by its operation count.
     pub fn execute_blocking(&self, table: &str, ops: &[Operation]) -> Result<Vec<OpOutcome>> {

@@ -37,6 +37,8 @@ pub(super) struct CopyIn {
     error: Option<PgError>,
     rows_done: u64,
     groups_done: u64,
+    /// The input line up to which rows are durable.
+    synced_line: u64,
     opts: tablegate_planner::ExecOptions,
     /// The cancel generation when COPY started, and its statement_timeout
     /// deadline: checked with every CopyData and every 1,000 records.
@@ -75,6 +77,7 @@ impl ConnHandler {
             error: None,
             rows_done: 0,
             groups_done: 0,
+            synced_line: 0,
             opts,
             since: self.cancel.generation(),
             deadline,
@@ -249,21 +252,40 @@ impl ConnHandler {
     async fn copy_flush(&self, st: &mut CopyIn) {
         let rows = std::mem::take(&mut st.rows);
         let mut txn = self.session.lock().txn.take();
-        let r = tablegate_planner::apply::insert_rows(
+        let in_txn = txn.is_some();
+        let write = tablegate_planner::apply::insert_rows(
             self.planner.store(),
             self.planner.catalog(),
             &st.plan,
             rows,
             txn.as_mut(),
             &st.opts,
-        )
-        .await
+        );
+        let r = if in_txn {
+            write.await
+        } else {
+            // One fsync for the flush's entity-group transactions, not one
+            // each; nothing is acknowledged or reported applied before it.
+            use tablegate_store::TableStore as _;
+            let r = tablegate_store::deferring_sync(write).await;
+            if let Err(e) = self.planner.store().sync().await {
+                let mut pg = PgError::from(&tablegate_planner::PlanError::Store(e));
+                pg.detail = Some(format!(
+                    "COPY {}: the rows written since line {} may not be on disk; the {} row(s) before them are.",
+                    st.plan.table.name, st.synced_line, st.rows_done
+                ));
+                st.error = Some(pg);
+                return;
+            }
+            r
+        }
         .map_err(|e| e.with_key_columns(&st.plan.table));
         self.session.lock().txn = txn;
         match r {
             Ok(out) => {
                 st.rows_done += out.rows;
                 st.groups_done += out.groups;
+                st.synced_line = st.parser.line;
             }
             Err(e) => {
                 let e = match e {
@@ -341,6 +363,7 @@ impl ConnHandler {
             error: None,
             rows_done: 0,
             groups_done: 0,
+            synced_line: 0,
             opts: run.opts,
             since: run.stop.since,
             deadline: run.stop.deadline,

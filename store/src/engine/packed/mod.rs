@@ -158,6 +158,10 @@ impl Engine for Packed {
         self.apply_batch(batch)
     }
 
+    fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
+
     fn disk_space(&self) -> u64 {
         self.inner.disk_space()
     }
