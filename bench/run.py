@@ -17,10 +17,13 @@ import math
 import os
 import random
 import re
+import resource
+import shlex
 import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -174,6 +177,131 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def raise_nofile(want: int = 65536) -> int:
+    """Raises this process's open-files limit (inherited by pgbench and both
+    servers): 1,000 clients need 1,000 sockets in pgbench and in the server.
+    Returns the soft limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < want and os.geteuid() == 0:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+            return want
+        except (ValueError, OSError):
+            pass
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return target
+
+
+def pss_kib(pid: int, tree: bool) -> int:
+    """PSS of a server now: the process, or the process and every process
+    below it (PostgreSQL's postmaster and its backends)."""
+    return sum(read_pss_kib(p) for p in (descendants(pid) if tree else [pid]))
+
+
+def settled_pss_kib(pid: int, tree: bool, samples: int = 3, gap: float = 0.3) -> int:
+    """The median of a few PSS samples a moment apart."""
+    vals = []
+    for i in range(samples):
+        if i:
+            time.sleep(gap)
+        vals.append(pss_kib(pid, tree))
+    return int(statistics.median(vals))
+
+
+# ---------------------------------------------------------------------------
+# Idle connections: raw protocol-3 sessions, authenticated and left idle
+
+
+def _read_message(sock: socket.socket) -> tuple[bytes, bytes]:
+    def exactly(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            buf += chunk
+        return buf
+
+    head = exactly(5)
+    length = struct.unpack("!i", head[1:])[0]
+    return head[:1], exactly(length - 4)
+
+
+def _until_ready(sock: socket.socket, what: str) -> None:
+    """Reads messages up to ReadyForQuery; an ErrorResponse or a request for
+    a password is a BenchError."""
+    while True:
+        kind, body = _read_message(sock)
+        if kind == b"Z":
+            return
+        if kind == b"R" and struct.unpack("!i", body[:4])[0] != 0:
+            raise BenchError(f"{what}: the server asks for a password (authentication request "
+                             f"{struct.unpack('!i', body[:4])[0]}); the bench needs trust authentication")
+        if kind == b"E":
+            fields = {f[:1]: f[1:].decode(errors="replace") for f in body.split(b"\0") if f}
+            raise BenchError(f"{what}: {fields.get(b'S', 'ERROR')} {fields.get(b'C', '?')}: {fields.get(b'M', '')}")
+
+
+def open_idle_session(server: Server, timeout: float = 60) -> socket.socket:
+    """A connection that has done what a client does before it waits: the
+    startup message, authentication (trust), one `SELECT 1`."""
+    what = f"idle connection to {server.name}"
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+    try:
+        params = b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in
+                          (("user", server.user), ("database", server.db), ("application_name", "bench-idle")))
+        params += b"\0"
+        sock.sendall(struct.pack("!ii", 8 + len(params), 196608) + params)
+        _until_ready(sock, what)
+        query = b"SELECT 1\0"
+        sock.sendall(b"Q" + struct.pack("!i", 4 + len(query)) + query)
+        _until_ready(sock, what)
+    except OSError as e:
+        sock.close()
+        raise BenchError(f"{what}: {e}") from e
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def close_idle_sessions(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        try:
+            sock.sendall(b"X" + struct.pack("!i", 4))
+        except OSError:
+            pass
+        sock.close()
+
+
+def idle_connection_memory(server: Server, pid: int, tree: bool, n: int) -> dict:
+    """PSS of a server before and with n idle connections; MiB each."""
+    time.sleep(0.5)
+    before = settled_pss_kib(pid, tree)
+    socks: list[socket.socket] = []
+    start = time.monotonic()
+    try:
+        try:
+            for _ in range(n):
+                socks.append(open_idle_session(server))
+        except BenchError as e:
+            raise BenchError(f"idle connection {len(socks) + 1} of {n}: {e}") from e
+        opened = time.monotonic() - start
+        time.sleep(1.0)
+        server.check_alive()
+        with_n = settled_pss_kib(pid, tree)
+    finally:
+        close_idle_sessions(socks)
+    per = (with_n - before) / n / 1024
+    log(f"e idle connections        {server.name:<10} {n} opened in {opened:.1f} s: PSS {before / 1024:,.1f} MiB -> "
+        f"{with_n / 1024:,.1f} MiB, {per:.3f} MiB per connection")
+    return {"n": n, "before_mib": before / 1024, "with_mib": with_n / 1024, "per_conn_mib": per,
+            "open_s": opened}
+
+
 def clean_env() -> dict[str, str]:
     """The environment without PG* variables that could redirect a client."""
     return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
@@ -227,10 +355,11 @@ def as_postgres(args: list[str]) -> list[str]:
 
 
 class PgCluster:
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, max_connections: int | None = None):
         self.dir = work / "pg"
         self.data = self.dir / "data"
         self.port = free_port()
+        self.max_connections = max_connections  # None: PostgreSQL's default (100)
         self.started = False
         self.server = Server("PostgreSQL", self.port, "postgres", "postgres", self.data)
         self.server.alive_check = self.check_alive
@@ -245,6 +374,8 @@ class PgCluster:
         run(as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
                          "-E", "UTF8", "--locale=C", "--no-sync"]), "initdb", timeout=300)
         opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.dir}"
+        if self.max_connections:
+            opts += f" -c max_connections={self.max_connections}"
         self.started = True  # a start that timed out may still leave a server to stop
         try:
             run(as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l",
@@ -277,9 +408,10 @@ class PgCluster:
 
 
 class Tablegate:
-    def __init__(self, binary: Path, work: Path, extra: list[str] | None = None):
+    def __init__(self, binary: Path, work: Path, extra: list[str] | None = None, throttle: bool = False):
         self.binary = binary
         self.extra = extra or []
+        self.throttle = throttle
         self.data = work / "tg-data"
         self.log_path = work / "tablegate.log"
         self.proc: subprocess.Popen | None = None
@@ -290,8 +422,8 @@ class Tablegate:
         self.log_file = open(self.log_path, "w")
         # Its own session: a Ctrl-C reaches the script, which stops it.
         self.proc = subprocess.Popen(
-            [str(self.binary), "serve", "--data", str(self.data), "--listen", "127.0.0.1:0", "--throttle", "off",
-             *self.extra],
+            [str(self.binary), "serve", "--data", str(self.data), "--listen", "127.0.0.1:0",
+             "--throttle", "on" if self.throttle else "off", *self.extra],
             stdout=self.log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=clean_env(),
             start_new_session=True)
         deadline = time.monotonic() + 120
@@ -759,7 +891,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="workloads to run: a (point), b (range), c (scan), d (writes); default all")
     ap.add_argument("--out", default=str(REPO / "bench/results"), help="directory of the results")
     ap.add_argument("--keep", action="store_true", help="keep the data directories (their path is printed)")
+    ap.add_argument("--tablegate-args", default="", metavar="ARGS",
+                    help="extra arguments of `tablegate serve`, one string, e.g. \"--cache-mb 64 --memtable-mb 16\" "
+                         "(the report names them; --throttle is the bench's)")
+    ap.add_argument("--idle-connections", type=int, default=100, metavar="N",
+                    help="after the load, open N idle connections to each server and report the memory each "
+                         "costs (default 100, 0: skip)")
+    import scale  # bench/scale.py: the scaling measurements (issue 40); it imports this module
+    scale.add_args(ap)
     args = ap.parse_args(argv)
+    try:
+        args.tablegate_extra = shlex.split(args.tablegate_args)
+    except ValueError as e:
+        ap.error(f"--tablegate-args: {e}")
+    if any(a == "--throttle" or a.startswith("--throttle=") for a in args.tablegate_extra):
+        ap.error("--tablegate-args: the bench sets --throttle itself (off, and on for the throttled scaling runs)")
+    if args.idle_connections < 0:
+        ap.error("--idle-connections must be 0 or more")
+    scale.check_args(ap, args)
     names = {"point": "a", "range": "b", "scan": "c", "egt": "d", "multi": "d", "writes": "d"}
     args.only = {names.get(w.strip(), w.strip()) for w in args.only.split(",") if w.strip()}
     if not args.only <= {"a", "b", "c", "d"}:
@@ -768,8 +917,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
     except ValueError:
         ap.error("--clients is a comma-separated list of numbers, e.g. 1,4,16")
-    if not args.clients or min(args.clients + [args.group_clients]) < 1 or max(args.clients + [args.group_clients]) > 90:
-        ap.error("client counts must be from 1 to 90 (both servers allow 100 connections)")
+    if not args.clients or min(args.clients + [args.group_clients]) < 1 or max(args.clients + [args.group_clients]) > 1000:
+        ap.error("client counts must be from 1 to 1000")
     if min(args.partitions, args.rows, args.duration, args.runs, args.rounds) < 1:
         ap.error("--partitions, --rows, --duration, --runs and --rounds must be positive")
     return args
@@ -791,15 +940,45 @@ def check_tools(args) -> Path:
     return binary
 
 
+def connection_limit(args) -> int:
+    """Connections each server allows in the normal run: the largest pgbench
+    run or the idle connections, with room for the bench's own psql."""
+    return max(100, max(args.clients + [args.group_clients]) + 20, args.idle_connections + 20)
+
+
+def tablegate_extra(args, max_connections: int) -> list[str]:
+    """--tablegate-args, and the connection limit unless those set it."""
+    extra = list(args.tablegate_extra)
+    if not any(a == "--max-connections" or a.startswith("--max-connections=") for a in extra):
+        extra += ["--max-connections", str(max_connections)]
+    return extra
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     binary = check_tools(args)
-    layout = Layout(args.partitions, args.rows)
+    nofile = raise_nofile()
     started = datetime.datetime.now().astimezone()
+    status = 0
+    if args.scaling != "only":
+        status = main_run(args, binary, started)
+    if args.scaling:
+        if nofile < max(args.scaling_connections) + 100:
+            raise BenchError(f"the open-files limit is {nofile}: too low for {max(args.scaling_connections)} "
+                             "connections (ulimit -n)")
+        import scale
+        scale.run_scaling(args, binary, started)
+    return status
+
+
+def main_run(args, binary: Path, started: datetime.datetime) -> int:
+    layout = Layout(args.partitions, args.rows)
     work = Path(tempfile.mkdtemp(prefix="tg-bench-"))
     os.chmod(work, 0o711)  # the postgres user reaches work/pg
-    pg = PgCluster(work)
-    tg = Tablegate(binary, work)
+    args.max_connections = connection_limit(args)
+    pg = PgCluster(work, max_connections=args.max_connections)
+    tg = Tablegate(binary, work, tablegate_extra(args, args.max_connections))
+    args.tablegate_serve = " ".join(["serve", "--throttle", "off", *tg.extra])
     sampler = MemSampler()
     try:
         log(f"work directory {work}")
@@ -867,6 +1046,13 @@ def run_all(args, layout: Layout, bench: Bench, pg: PgCluster, tg: Tablegate, wo
     answers = {s.name: s.psql(sample, what="spot check") for s in (P, T)}
     if answers["PostgreSQL"] != answers["tablegate"] or not answers["PostgreSQL"].strip():
         raise BenchError(f"the servers disagree on {sample}: {answers}")
+
+    if args.idle_connections:
+        bench.sampler.phase = "idle connections"
+        report["idle"] = {
+            "PostgreSQL": idle_connection_memory(P, pg.postmaster_pid(), True, args.idle_connections),
+            "tablegate": idle_connection_memory(T, tg.proc.pid, False, args.idle_connections),
+        }
 
     scripts = pgbench_scripts(layout)
     values = {"p": layout.pk_base, "r": layout.rk_base, "lo": layout.rk_base, "hi": layout.rk_base + 100,
@@ -957,7 +1143,7 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
                             f"{plural(len(s['tablegate']), 'run')} each"))
     rows.sort(key=lambda r: r.id)  # stable: a, b, c, d in run order
     res = []
-    for phase in ("load", "reads", "writes", None):
+    for phase in ("load", "idle connections", "reads", "writes", None):
         pgm, tgm = sampler.peak_mib("PostgreSQL", phase), sampler.peak_mib("tablegate", phase)
         if pgm is None and tgm is None:
             continue
@@ -967,6 +1153,15 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
                 report["disk_mib"]["PostgreSQL"], report["disk_mib"]["tablegate"]))
     res.append(("e", "load time (one COPY of the CSV)", "s", report["load_s"]["PostgreSQL"],
                 report["load_s"]["tablegate"]))
+    if "idle" in report:
+        i_pg, i_tg = report["idle"]["PostgreSQL"], report["idle"]["tablegate"]
+        n = i_pg["n"]
+        res.append(("e", f"PSS before {n:,} idle connections (after the load)", "MiB", i_pg["before_mib"],
+                    i_tg["before_mib"]))
+        res.append(("e", f"PSS with {n:,} idle connections (each authenticated, one `SELECT 1`)", "MiB",
+                    i_pg["with_mib"], i_tg["with_mib"]))
+        res.append(("e", f"memory per idle connection ((with − before) ÷ {n:,})", "MiB",
+                    i_pg["per_conn_mib"], i_tg["per_conn_mib"]))
 
     short, full = git_commit()
     mach = machine_info()
@@ -1007,7 +1202,10 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
           f"| date | {started.isoformat(timespec='seconds')} |",
           f"| commit | {full} |",
           f"| tablegate binary | `{binary}` ({tg_version}), profile **{profile_of(binary)}** |",
-          f"| PostgreSQL | {pg_version}, fsync on, default settings, locale C |",
+          f"| tablegate arguments | `{args.tablegate_serve}`"
+          + (f" (`--tablegate-args {shlex.quote(args.tablegate_args)}`)" if args.tablegate_args else "") + " |",
+          f"| PostgreSQL | {pg_version}, fsync on, default settings, locale C, except "
+          f"max_connections={args.max_connections} |",
           f"| machine | {mach['nproc']} CPUs ({mach['cpu']}), {mach.get('memory', '?')} memory, "
           f"Linux {mach['kernel']} |",
           f"| data | `entities`: {layout.partitions:,} partitions × {layout.rows:,} rows = {layout.total:,} rows "
@@ -1016,7 +1214,7 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
           f"server goes first; medians reported); point lookup clients {','.join(map(str, args.clients))}; "
           f"range and write clients {args.group_clients}; warm-up {args.warmup} s |",
           f"| full-scan runs | {args.runs} per server |",
-          f"| command | `bench/run.py {' '.join(sys.argv[1:])}` |", "",
+          f"| command | `bench/run.py {shlex.join(sys.argv[1:])}` |", "",
           "## Ratios", "",
           "a, b, d: tablegate median throughput ÷ PostgreSQL median throughput; the last column is the lowest "
           "and highest ratio of one round's pair of runs (how much this machine moved during the run). "
@@ -1026,7 +1224,11 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
           "## Resources (raw numbers)", "",
           f"Peak PSS sampled every {sampler.interval} s ({report['samples']} samples): tablegate's process; "
           "PostgreSQL's postmaster and all its children (PSS counts shared buffers once). "
-          "Phases: load (start, COPY, VACUUM/CHECKPOINT), reads (a to c), writes (d). "
+          "Phases: load (start, COPY, VACUUM/CHECKPOINT), idle connections, reads (a to c), writes (d). "
+          + (f"Idle connections: {report['idle']['PostgreSQL']['n']:,} at once to each server after the load, each "
+             "a raw protocol-3 session that authenticated (trust), ran `SELECT 1` and waits; PSS is the median of "
+             "3 samples 0.3 s apart, 1 s after the last one connected, and before they were opened. "
+             if "idle" in report else "") +
           "Disk: allocated bytes of each data directory after the load "
           f"(PostgreSQL after VACUUM ANALYZE and CHECKPOINT; its table and index alone: "
           f"{report['pg_relation_mib']:,.1f} MiB).", "",
@@ -1078,6 +1280,9 @@ def on_sigterm(signum, frame):
 
 
 if __name__ == "__main__":
+    # bench/scale.py imports this file as `run`: one module, not two (one
+    # BenchError class).
+    sys.modules.setdefault("run", sys.modules["__main__"])
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         sys.exit(main(sys.argv[1:]))
