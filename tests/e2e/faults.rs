@@ -41,6 +41,15 @@ fn start(data: &Path, work: &Path) -> Faulty {
     }
 }
 
+/// A client of `s`, and the table `ledger` (pk, rk, v) made through it.
+async fn ledger(s: &TestServer) -> Client {
+    let c = connect(s).await;
+    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    c
+}
+
 async fn connect(s: &TestServer) -> Client {
     let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
     tokio::spawn(conn);
@@ -122,10 +131,7 @@ async fn writes_stop_then_a_restart_recovers(fault: &str, code: &str, cause: &st
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let f = start(data.path(), work.path());
-    let c = connect(&f.server).await;
-    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
-        .await
-        .unwrap();
+    let c = ledger(&f.server).await;
     for n in 0..5 {
         c.batch_execute(&insert(n, "acked")).await.unwrap();
     }
@@ -250,10 +256,7 @@ async fn a_failed_fsync_fails_a_copy() {
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let f = start(data.path(), work.path());
-    let c = connect(&f.server).await;
-    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
-        .await
-        .unwrap();
+    let c = ledger(&f.server).await;
     let copy = |rows: std::ops::Range<usize>| {
         let c = &c;
         async move {
@@ -305,10 +308,7 @@ async fn a_failed_read_is_reported_and_reads_and_writes_go_on() {
     let data = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let f = start(data.path(), work.path());
-    let c = connect(&f.server).await;
-    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
-        .await
-        .unwrap();
+    let c = ledger(&f.server).await;
     c.batch_execute(&insert(0, "x")).await.unwrap();
     std::fs::write(&f.control, "read eio\n").unwrap();
     for sql in [
@@ -383,10 +383,7 @@ async fn a_real_full_disk_answers_53100_and_a_restart_after_freeing_space_recove
     let data = disk.dir.path().join("data");
     let work = tempfile::tempdir().unwrap();
     let f = start(&data, work.path());
-    let c = connect(&f.server).await;
-    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
-        .await
-        .unwrap();
+    let c = ledger(&f.server).await;
     let value = "x".repeat(2000);
     let mut acked = 0;
     let err = loop {
@@ -533,10 +530,7 @@ fn refuses_to_start(data: &Path) -> String {
 /// end of its data (the zero-fill writes zeros past it).
 async fn killed_with_rows(data: &Path, statements: usize) -> (PathBuf, usize) {
     let s = TestServer::serve_in(data, &["--throttle", "off"]);
-    let c = connect(&s).await;
-    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
-        .await
-        .unwrap();
+    let c = ledger(&s).await;
     for n in 0..statements {
         c.batch_execute(&insert(n, "acked")).await.unwrap();
     }
@@ -656,10 +650,7 @@ async fn a_damaged_table_file_refuses_to_start() {
         .unwrap(),
     );
     let s = TestServer::serve_in(data.path(), &["--throttle", "off"]);
-    let c = connect(&s).await;
-    c.batch_execute("CREATE TABLE ledger (pk text, rk text, v text, PRIMARY KEY (pk, rk))")
-        .await
-        .unwrap();
+    let c = ledger(&s).await;
     let wide = "x".repeat(500);
     for n in 0..20 {
         c.batch_execute(&insert(n, &wide)).await.unwrap();
