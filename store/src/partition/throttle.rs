@@ -62,8 +62,15 @@ impl Bucket {
         }
     }
 
+    /// Callers read the clock before they take the lock, so `now` may be
+    /// older than the last refill (another thread got the lock first): such
+    /// a refill adds nothing and leaves the mark where it is, or the next one
+    /// would credit the same interval twice.
     fn refill(&mut self, rate: u64, burst: f64, now: i64) {
-        let elapsed = (now - self.updated_micros).max(0) as f64 / 1e6;
+        if now <= self.updated_micros {
+            return;
+        }
+        let elapsed = (now - self.updated_micros) as f64 / 1e6;
         self.balance = (self.balance + elapsed * rate as f64).min(rate as f64 * burst);
         self.updated_micros = now;
     }
@@ -311,6 +318,27 @@ mod tests {
         // 2,000/s for 10 s plus the 200-entity burst.
         assert!((20_000..=20_300).contains(&n), "admitted {n}");
         assert!(t.counts().partition > 0);
+    }
+
+    #[test]
+    fn a_clock_read_before_the_lock_does_not_refill_twice() {
+        // Two threads each read the clock, then take the lock in the other
+        // order: every second call carries a time 50 µs older than the one
+        // before it, as under contention on a loaded server.
+        let t = Throttle::new(Some(Targets::default()));
+        let mut admitted = 0u64;
+        let mut now = 0i64;
+        let mut step = 0u64;
+        while now < 10_000_000 {
+            let at = if step % 2 == 1 { now - 150 } else { now };
+            if t.admit(scope("hot"), at).is_ok() {
+                t.charge(scope("hot"), 1, at);
+                admitted += 1;
+            }
+            step += 1;
+            now += 100;
+        }
+        assert!((20_000..=20_300).contains(&admitted), "admitted {admitted}");
     }
 
     #[test]
