@@ -753,6 +753,47 @@ class Bench:
         return times, answers[0]
 
 
+def columnar_reference(csv: Path, work: Path, runs: int) -> dict | None:
+    """The full-scan aggregate in a columnar engine on the same rows:
+    DataFusion (its Python package) over a Parquet file written from the
+    CSV, the same SQL, timed in this process (planning, reading the file and
+    collecting the answer) after one untimed run. None, with a log line, when `datafusion` and
+    `pyarrow` are not installed: they are optional (`pip install datafusion
+    pyarrow`)."""
+    try:
+        import datafusion
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+    except ImportError:
+        log("c scan-aggregate: no columnar reference (pip install datafusion pyarrow to measure one)")
+        return None
+    schema = pa.schema([("pk", pa.string()), ("rk", pa.string()), ("n", pa.int32()), ("s", pa.string()),
+                        ("d", pa.float64())])
+    table = pacsv.read_csv(csv, read_options=pacsv.ReadOptions(column_names=schema.names),
+                           convert_options=pacsv.ConvertOptions(column_types=schema))
+    path = work / "entities.parquet"
+    pq.write_table(table, path)
+    del table
+    ctx = datafusion.SessionContext()
+    ctx.register_parquet("entities", str(path))
+    ctx.sql(SCAN_SQL).collect()  # not timed: starts its thread pool (the servers are warm by now)
+    times, answers = [], []
+    for _ in range(runs):
+        t = time.perf_counter()
+        batches = ctx.sql(SCAN_SQL).collect()
+        times.append((time.perf_counter() - t) * 1000)
+        row = pa.Table.from_batches(batches).to_pylist()[0]
+        count, avg = row.values()
+        answers.append(f"{count}|{avg}")
+    if any(not same_answer(a, answers[0]) for a in answers):
+        raise BenchError(f"DataFusion over Parquet answered {SCAN_SQL} differently between runs: {answers}")
+    label = f"DataFusion {datafusion.__version__} over Parquet (pyarrow {pa.__version__})"
+    log(f"c scan-aggregate         DataFusion median {statistics.median(times):,.1f} ms, "
+        f"min {min(times):,.1f} ms ({runs} runs; {label}; Parquet {path.stat().st_size / 2**20:.1f} MiB)")
+    return {"label": label, "times": times, "answer": answers[0], "parquet_mib": path.stat().st_size / 2**20}
+
+
 def same_answer(a: str, b: str) -> bool:
     """count|avg lines: the same count, the same average but for rounding."""
     try:
@@ -1038,6 +1079,8 @@ def run_all(args, layout: Layout, bench: Bench, pg: PgCluster, tg: Tablegate, wo
     report["pg_relation_mib"] = int(P.psql("SELECT pg_total_relation_size('entities')").strip()) / 2**20
     log(f"on disk after the load: PostgreSQL {report['disk_mib']['PostgreSQL']:,.1f} MiB "
         f"(table + index {report['pg_relation_mib']:,.1f} MiB), tablegate {report['disk_mib']['tablegate']:,.1f} MiB")
+    if "c" in args.only:
+        report["columnar"] = columnar_reference(csv, work, args.runs)
     csv.unlink()
 
     # The same sample values on both servers: a spot check of the answers.
@@ -1094,6 +1137,8 @@ def run_all(args, layout: Layout, bench: Bench, pg: PgCluster, tg: Tablegate, wo
         report["scan_counters"] = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
         report["scan"] = runs
         report["scan_answer"] = answers["tablegate"]
+        if report.get("columnar"):
+            answers["DataFusion"] = report["columnar"]["answer"]
         if any(not same_answer(a, answers["PostgreSQL"]) for a in answers.values()):
             raise BenchError(f"the servers disagree on {SCAN_SQL}: {answers}")
 
@@ -1141,6 +1186,11 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
             rows.append(Row("c", "scan-" + ("parallel" if label == "PostgreSQL" else "serial"), title,
                             "ms (median)", pg_med, tg_med, pg_med / tg_med if tg_med else None,
                             f"{plural(len(s['tablegate']), 'run')} each"))
+        if report.get("columnar"):
+            df_med = median(report["columnar"]["times"])
+            rows.append(Row("c", "scan-columnar", "scan-aggregate vs DataFusion over Parquet (its time in the "
+                            "PostgreSQL column; target ≥ 0.5)", "ms (median)", df_med, tg_med,
+                            df_med / tg_med if tg_med else None, f"{plural(len(s['tablegate']), 'run')} each"))
     rows.sort(key=lambda r: r.id)  # stable: a, b, c, d in run order
     res = []
     for phase in ("load", "idle connections", "reads", "writes", None):
@@ -1245,9 +1295,17 @@ def write_report(args, binary: Path, layout: Layout, started: datetime.datetime,
                "`\\timing`. PostgreSQL serial is the same query after "
                "`SET max_parallel_workers_per_gather = 0`.", "",
                "| server | median ms | min ms | every run, ms |", "|---|--:|--:|---|"]
-        for label, times in report["scan"].items():
+        scans = dict(report["scan"])
+        if report.get("columnar"):
+            scans[report["columnar"]["label"]] = report["columnar"]["times"]
+        for label, times in scans.items():
             md.append(f"| {label} | {fmt_num(median(times))} | {fmt_num(min(times))} | "
                       f"{', '.join(fmt_num(t) for t in times)} |")
+        if report.get("columnar"):
+            md += ["", "The columnar reference is DataFusion's Python package in the benchmark's own process, "
+                   f"over a Parquet file ({report['columnar']['parquet_mib']:.1f} MiB) that pyarrow wrote from the "
+                   "same CSV, with the same SQL; its time covers planning, reading the file (from the page cache) "
+                   "and collecting the answer, but no network round trip."]
     md += ["", "## How tablegate classified the queries", "",
            "`EXPLAIN` of each read workload (pgbench variables replaced by sample values), and the change of "
            "`tablegate.query_counters` during each tablegate run (this counter query itself is one "
