@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fjall::config::{BlockSizePolicy, HashRatioPolicy};
-use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use parking_lot::{Condvar, Mutex};
 
 use super::journal_fill::{JournalFill, JournalGate};
@@ -397,7 +397,10 @@ impl Engine for FjallEngine {
     }
 
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_> {
-        let iter = self.keyspace(space).range((start, end));
+        // Through a snapshot: `Keyspace::range` reads the newest version of
+        // each key as it reaches it, so a batch committed mid-scan shows
+        // its later keys and not its earlier ones.
+        let iter = self.db.snapshot().range(self.keyspace(space), (start, end));
         Box::new(iter.map(|guard| {
             let (k, v) = guard.into_inner()?;
             Ok((k, v))

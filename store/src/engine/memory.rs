@@ -1,12 +1,14 @@
 //! An in-memory engine: one `BTreeMap` per [`Space`] behind a lock.
 //!
 //! Used by tests (fast, and a second implementation of the same trait that
-//! the property tests compare against fjall) and by throwaway stores. Scans
-//! copy a bounded chunk of pairs under the read lock and re-seek for the
-//! next chunk, so a long scan never blocks writers for long.
+//! the property tests compare against fjall) and by throwaway stores. A
+//! scan holds a snapshot of its keyspace (an `Arc` of the map, which a
+//! write then copies before changing), so a long scan never blocks
+//! writers and never sees a batch applied after it started.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use parking_lot::RwLock;
 
@@ -18,7 +20,7 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 /// A BTreeMap behind the [`Engine`] trait.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryEngine {
-    spaces: RwLock<[Map; 3]>,
+    spaces: RwLock<[Arc<Map>; 3]>,
 }
 
 fn index(space: Space) -> usize {
@@ -54,13 +56,13 @@ impl Engine for MemoryEngine {
         if empty_range(&start, &end) {
             return Box::new(std::iter::empty());
         }
+        let map = Arc::clone(&self.spaces.read()[index(space)]);
         let mut next_start = start;
         let mut buffer = std::collections::VecDeque::new();
         let mut done = false;
+        // Copied a bounded chunk at a time, as the caller reads on.
         Box::new(std::iter::from_fn(move || {
             if buffer.is_empty() && !done {
-                let spaces = self.spaces.read();
-                let map = &spaces[index(space)];
                 buffer.extend(
                     map.range((next_start.clone(), end.clone()))
                         .take(SCAN_CHUNK)
@@ -96,12 +98,13 @@ impl Engine for MemoryEngine {
     fn apply(&self, batch: Vec<Mutation>) -> Result<()> {
         let mut spaces = self.spaces.write();
         for m in batch {
+            // Copies the map only while a scan holds it.
             match m {
                 Mutation::Put { space, key, value } => {
-                    spaces[index(space)].insert(key, value);
+                    Arc::make_mut(&mut spaces[index(space)]).insert(key, value);
                 }
                 Mutation::Delete { space, key } => {
-                    spaces[index(space)].remove(&key);
+                    Arc::make_mut(&mut spaces[index(space)]).remove(&key);
                 }
             }
         }
@@ -110,5 +113,46 @@ impl Engine for MemoryEngine {
 
     fn disk_space(&self) -> u64 {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch applied while a scan is under way is not seen by it, not
+    /// even by the part of it that the scan copies after the batch.
+    #[test]
+    fn a_scan_never_sees_a_batch_applied_after_it_started() {
+        let engine = MemoryEngine::default();
+        let key = |i: usize| format!("k{i:04}").into_bytes();
+        let put = |i: usize, v: &[u8]| Mutation::Put {
+            space: Space::Entities,
+            key: key(i),
+            value: v.to_vec(),
+        };
+        let n = 3 * SCAN_CHUNK;
+        engine
+            .apply((0..n).map(|i| put(i, b"old")).collect())
+            .unwrap();
+        let mut scan = engine.scan(Space::Entities, Bound::Unbounded, Bound::Unbounded);
+        let first = scan.next().unwrap().unwrap();
+        engine
+            .apply(vec![put(0, b"new"), put(n - 1, b"new")])
+            .unwrap();
+        let rest: Vec<_> = scan.map(Result::unwrap).collect();
+        assert_eq!(&first.1[..], b"old");
+        assert_eq!(rest.len(), n - 1);
+        assert!(
+            rest.iter().all(|(_, v)| &v[..] == b"old"),
+            "half a batch seen"
+        );
+        // The batch is there for the next scan.
+        let again: Vec<_> = engine
+            .scan(Space::Entities, Bound::Unbounded, Bound::Unbounded)
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(&again[0].1[..], b"new");
+        assert_eq!(&again[n - 1].1[..], b"new");
     }
 }

@@ -79,9 +79,12 @@ pub(crate) trait Engine: Send + Sync + std::fmt::Debug + 'static {
     /// Reads one key.
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>>;
 
-    /// Iterates `[start, end)`-style bounded ranges in ascending key order.
-    /// The iterator need not be a snapshot across its whole life, but every
-    /// pair it yields was committed, and no batch is ever seen half-applied.
+    /// Iterates `[start, end)`-style bounded ranges in ascending key order,
+    /// over one state of the engine (a snapshot taken when the scan
+    /// starts): a batch applied meanwhile is not seen at all. The packed
+    /// layer relies on it: a write that re-keys a chunk puts the new key
+    /// and deletes the old one in one batch, and a scan that saw the
+    /// delete but not the put would lose the chunk's entities.
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_>;
 
     /// The pairs of [`Engine::scan`], handed to `f` as views instead of

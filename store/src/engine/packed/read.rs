@@ -124,8 +124,7 @@ pub(super) struct Unpack<'a> {
     chunks: KvIter<'a>,
     /// Entities at the start of a chunk up to here were yielded already or
     /// lie before the scan's start: the start, then the previous chunk's
-    /// key. (An engine whose scans re-seek, like the memory engine, can
-    /// meet a chunk that a writer re-keyed to span both sides.)
+    /// key.
     floor: Bound<Bytes>,
     end: Bound<Vec<u8>>,
     current: Option<Chunk>,
