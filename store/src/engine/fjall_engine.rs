@@ -392,14 +392,16 @@ impl FjallEngine {
 }
 
 impl Engine for FjallEngine {
+    // Every read goes through a snapshot: `Keyspace::get` and `range` read
+    // each key's newest version, including those of a batch still being
+    // inserted (its items go into the memtable one by one before its
+    // sequence number is published), so a read could see part of a batch,
+    // and a scan the later keys of one committed while it ran.
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>> {
-        Ok(self.keyspace(space).get(key)?)
+        Ok(self.db.snapshot().get(self.keyspace(space), key)?)
     }
 
     fn scan(&self, space: Space, start: Bound<Vec<u8>>, end: Bound<Vec<u8>>) -> KvIter<'_> {
-        // Through a snapshot: `Keyspace::range` reads the newest version of
-        // each key as it reaches it, so a batch committed mid-scan shows
-        // its later keys and not its earlier ones.
         let iter = self.db.snapshot().range(self.keyspace(space), (start, end));
         Box::new(iter.map(|guard| {
             let (k, v) = guard.into_inner()?;
@@ -413,7 +415,12 @@ impl Engine for FjallEngine {
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
     ) -> Result<Option<(Bytes, Bytes)>> {
-        match self.keyspace(space).range((start, end)).next_back() {
+        match self
+            .db
+            .snapshot()
+            .range(self.keyspace(space), (start, end))
+            .next_back()
+        {
             Some(guard) => Ok(Some(guard.into_inner()?)),
             None => Ok(None),
         }

@@ -76,7 +76,8 @@ pub enum Durability {
 
 /// An ordered, multi-keyspace key/value engine with atomic batches.
 pub(crate) trait Engine: Send + Sync + std::fmt::Debug + 'static {
-    /// Reads one key.
+    /// Reads one key, as of one state of the engine: a batch being applied
+    /// is seen wholly or not at all.
     fn get(&self, space: Space, key: &[u8]) -> Result<Option<Bytes>>;
 
     /// Iterates `[start, end)`-style bounded ranges in ascending key order,
