@@ -345,6 +345,17 @@ proptest! {
     }
 }
 
+/// The packed layer over a fjall engine in `dir` (buffered: no fsyncs).
+fn over_fjall(dir: &std::path::Path, limits: ChunkLimits) -> Packed {
+    let engine = crate::engine::fjall_engine::FjallEngine::open(
+        dir,
+        crate::engine::Durability::Buffered,
+        1 << 20,
+    )
+    .expect("open");
+    Packed::open(Box::new(engine), limits).expect("packed")
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
@@ -356,13 +367,7 @@ proptest! {
         limits in limits(),
     ) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let engine = crate::engine::fjall_engine::FjallEngine::open(
-            dir.path(),
-            crate::engine::Durability::Buffered,
-            1 << 20,
-        )
-        .expect("open");
-        let p = Packed::open(Box::new(engine), limits).expect("packed");
+        let p = over_fjall(dir.path(), limits);
         run_against_model(&p, &batches, &probes);
     }
 }
@@ -783,13 +788,7 @@ fn scans_are_snapshots_while_chunks_are_rekeyed(p: &Packed, kept: usize) {
 #[test]
 fn fjall_scans_are_snapshots_while_chunks_are_rekeyed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = crate::engine::fjall_engine::FjallEngine::open(
-        dir.path(),
-        crate::engine::Durability::Buffered,
-        1 << 20,
-    )
-    .expect("open");
-    let p = Packed::open(Box::new(engine), ChunkLimits::DEFAULT).expect("packed");
+    let p = over_fjall(dir.path(), ChunkLimits::DEFAULT);
     scans_are_snapshots_while_chunks_are_rekeyed(&p, 10);
 }
 
@@ -800,13 +799,7 @@ fn fjall_scans_are_snapshots_while_chunks_are_rekeyed() {
 #[test]
 fn point_reads_never_see_half_a_fold() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = crate::engine::fjall_engine::FjallEngine::open(
-        dir.path(),
-        crate::engine::Durability::Buffered,
-        1 << 20,
-    )
-    .expect("open");
-    let p = Packed::open(Box::new(engine), ChunkLimits::DEFAULT).expect("packed");
+    let p = over_fjall(dir.path(), ChunkLimits::DEFAULT);
     let k = |rk: &str| key(1, "p", rk);
     let (watched, other) = (k("a3"), k("a7"));
     p.apply(
