@@ -14,7 +14,7 @@
 //! compatibility parser (with its list of known client queries).
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, Expr, Function, FunctionArgumentList, FunctionArguments, Ident, ObjectName,
@@ -61,6 +61,15 @@ impl Default for SqlDialect {
 }
 
 impl SqlDialect {
+    /// The process's parser, shared by every session: the rules hold no
+    /// session state, and the compatibility parser's list of known client
+    /// queries, kept as tokens, was most of a session's memory when each
+    /// session tokenized its own.
+    pub fn shared() -> &'static SqlDialect {
+        static SHARED: LazyLock<SqlDialect> = LazyLock::new(SqlDialect::new);
+        &SHARED
+    }
+
     pub fn new() -> SqlDialect {
         SqlDialect {
             rules: vec![

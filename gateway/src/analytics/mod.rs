@@ -219,7 +219,7 @@ pub struct Engine {
     /// Where plans run (see [`Engine::execute`]).
     pool: Pool,
     opts: SharedOptions,
-    parser: dialect::SqlDialect,
+    parser: &'static dialect::SqlDialect,
     /// The connection's settings as of its current statement.
     session: Arc<Mutex<crate::settings::Settings>>,
 }
@@ -367,7 +367,7 @@ impl Engine {
             session,
             pool,
             opts,
-            parser: dialect::SqlDialect::new(),
+            parser: dialect::SqlDialect::shared(),
         })
     }
 
