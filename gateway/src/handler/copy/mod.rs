@@ -44,7 +44,22 @@ pub(super) struct CopyIn {
     /// deadline: checked with every CopyData and every 1,000 records.
     since: u64,
     deadline: Option<Instant>,
+    /// The last flush, writing on another thread while the next rows are
+    /// parsed (outside a transaction block).
+    flushing: Option<Flushing>,
 }
+
+/// A COPY flush in flight: its rows end at input line `line`.
+struct Flushing {
+    line: u64,
+    task: tokio::task::JoinHandle<FlushResult>,
+}
+
+/// A flush's write, and the fsync after it.
+type FlushResult = (
+    tablegate_planner::Result<tablegate_planner::WriteOutcome>,
+    tablegate_store::Result<()>,
+);
 
 impl Debug for CopyIn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -81,6 +96,7 @@ impl ConnHandler {
             opts,
             since: self.cancel.generation(),
             deadline,
+            flushing: None,
         });
         Response::CopyIn(pgwire::api::results::CopyResponse::new(
             0,
@@ -169,6 +185,9 @@ impl ConnHandler {
     /// holds. Errors are kept for CopyDone.
     async fn copy_progress(&self, st: &mut CopyIn, last: bool) {
         if st.error.is_some() {
+            if last {
+                self.copy_join(st).await;
+            }
             return;
         }
         let stopped = |st: &CopyIn| {
@@ -227,6 +246,9 @@ impl ConnHandler {
         if !st.rows.is_empty() && (last || in_txn) {
             self.copy_flush(st).await;
         }
+        if last {
+            self.copy_join(st).await;
+        }
     }
 
     /// Ids for the identity columns COPY leaves to their default, reserved
@@ -249,43 +271,123 @@ impl ConnHandler {
     }
 
     /// Writes (or, inside BEGIN, stages) the rows a COPY has buffered.
+    ///
+    /// Outside a transaction block the write runs on another thread while
+    /// this one parses the next rows, so the two no longer take turns on
+    /// one core (over a remote service, in turn, see below). At most one flush is in
+    /// flight; its outcome is taken ([`copy_join`](Self::copy_join)) before
+    /// the next starts and before COPY answers, so the counts, the durable
+    /// line and the first error are as if the flushes ran in turn.
     async fn copy_flush(&self, st: &mut CopyIn) {
+        if self.session.in_transaction() {
+            return self.copy_stage(st).await;
+        }
+        self.copy_join(st).await;
+        if st.error.is_some() {
+            return;
+        }
+        let rows = std::mem::take(&mut st.rows);
+        let (planner, plan, opts) = (self.planner.clone(), st.plan.clone(), st.opts.clone());
+        let write = async move {
+            use tablegate_store::TableStore as _;
+            // One fsync for the flush's entity-group transactions, not one
+            // each; nothing is acknowledged or reported applied before it.
+            let written = tablegate_store::deferring_sync(tablegate_planner::apply::insert_rows(
+                planner.store(),
+                planner.catalog(),
+                &plan,
+                rows,
+                None,
+                &opts,
+            ))
+            .await;
+            (written, planner.store().sync().await)
+        };
+        let line = st.parser.line;
+        if matches!(self.planner.store(), tablegate_store::Backend::Remote(_)) {
+            // A remote service's requests need this connection's runtime
+            // turning (its thread may be blocked reading the next CopyData):
+            // they are made here, flush after flush.
+            let r = write.await;
+            return self.copy_record(st, r, line);
+        }
+        let tag = tablegate_store::api::statement_tag();
+        let runtime = tokio::runtime::Handle::current();
+        // A thread of this connection's blocking pool, which then commits
+        // the flush's groups itself as the connection's thread would. Its
+        // timers (a throttled group's back-off) are driven by the
+        // connection's runtime, at the latest when it waits for this flush.
+        let task = tokio::task::spawn_blocking(move || {
+            tablegate_store::write_on_this_thread();
+            tablegate_store::api::in_statement(tag, || runtime.block_on(write))
+        });
+        st.flushing = Some(Flushing { line, task });
+    }
+
+    /// Waits for the flush in flight, if any, and records its outcome: the
+    /// rows and groups applied, the line up to which rows are durable, or
+    /// its error (which comes before any later one: its rows came first).
+    async fn copy_join(&self, st: &mut CopyIn) {
+        let Some(f) = st.flushing.take() else {
+            return;
+        };
+        let r = match f.task.await {
+            Ok(r) => r,
+            Err(e) => (
+                Err(tablegate_planner::PlanError::Store(
+                    tablegate_store::StoreError::Engine(format!("COPY write task failed: {e}")),
+                )),
+                Ok(()),
+            ),
+        };
+        self.copy_record(st, r, f.line);
+    }
+
+    /// Records a flush of the rows up to input line `line`: its fsync's
+    /// failure, or else what [`copy_outcome`](Self::copy_outcome) counts.
+    fn copy_record(&self, st: &mut CopyIn, (written, synced): FlushResult, line: u64) {
+        if let Err(e) = synced {
+            let mut pg = PgError::from(&tablegate_planner::PlanError::Store(e));
+            pg.detail = Some(format!(
+                "COPY {}: the rows written since line {} may not be on disk; the {} row(s) before them are.",
+                st.plan.table.name, st.synced_line, st.rows_done
+            ));
+            st.error = Some(pg);
+            return;
+        }
+        self.copy_outcome(st, written, line);
+    }
+
+    /// Stages the buffered rows in the open transaction block.
+    async fn copy_stage(&self, st: &mut CopyIn) {
         let rows = std::mem::take(&mut st.rows);
         let mut txn = self.session.lock().txn.take();
-        let in_txn = txn.is_some();
-        let write = tablegate_planner::apply::insert_rows(
+        let written = tablegate_planner::apply::insert_rows(
             self.planner.store(),
             self.planner.catalog(),
             &st.plan,
             rows,
             txn.as_mut(),
             &st.opts,
-        );
-        let r = if in_txn {
-            write.await
-        } else {
-            // One fsync for the flush's entity-group transactions, not one
-            // each; nothing is acknowledged or reported applied before it.
-            use tablegate_store::TableStore as _;
-            let r = tablegate_store::deferring_sync(write).await;
-            if let Err(e) = self.planner.store().sync().await {
-                let mut pg = PgError::from(&tablegate_planner::PlanError::Store(e));
-                pg.detail = Some(format!(
-                    "COPY {}: the rows written since line {} may not be on disk; the {} row(s) before them are.",
-                    st.plan.table.name, st.synced_line, st.rows_done
-                ));
-                st.error = Some(pg);
-                return;
-            }
-            r
-        }
-        .map_err(|e| e.with_key_columns(&st.plan.table));
+        )
+        .await;
         self.session.lock().txn = txn;
-        match r {
+        let line = st.parser.line;
+        self.copy_outcome(st, written, line);
+    }
+
+    /// Counts a flush's rows up to input line `line`, or keeps its error.
+    fn copy_outcome(
+        &self,
+        st: &mut CopyIn,
+        written: tablegate_planner::Result<tablegate_planner::WriteOutcome>,
+        line: u64,
+    ) {
+        match written.map_err(|e| e.with_key_columns(&st.plan.table)) {
             Ok(out) => {
                 st.rows_done += out.rows;
                 st.groups_done += out.groups;
-                st.synced_line = st.parser.line;
+                st.synced_line = line;
             }
             Err(e) => {
                 let e = match e {
@@ -303,7 +405,7 @@ impl ConnHandler {
                 let mut pg = PgError::from(&e);
                 let applied = format!(
                     "COPY {}, rows up to line {}: {} row(s) in {} earlier entity-group transaction(s) were applied and stay applied; the failing group and the rest were not.",
-                    st.plan.table.name, st.parser.line, st.rows_done, st.groups_done
+                    st.plan.table.name, line, st.rows_done, st.groups_done
                 );
                 pg.detail = Some(match pg.detail {
                     Some(d) => format!("{d} {applied}"),
@@ -367,47 +469,57 @@ impl ConnHandler {
             opts: run.opts,
             since: run.stop.since,
             deadline: run.stop.deadline,
+            flushing: None,
         };
         let per_flush = if self.session.in_transaction() {
             100
         } else {
             COPY_FLUSH_ROWS
         };
-        let mut next = Some(first);
-        while let Some(batch) = next {
-            if batch.schema().fields() != schema.fields() {
-                return Err(PgError::bad_copy_file_format(
-                    "every record batch of one ingest must have the first one's columns",
-                ));
-            }
-            let mut texts = batch_text(&batch)?;
-            for r in 0..batch.num_rows() {
-                st.parser.line += 1;
-                self.copy_identity_ids(&st).await?;
-                let fields: Vec<format::Field> = texts.iter_mut().map(|c| c[r].take()).collect();
-                let row = copy_row(&st.plan, &st.columns, (st.parser.line, fields))?;
-                st.rows.push(row);
-                if st.rows.len() >= per_flush {
-                    self.copy_flush(&mut st).await;
-                    if let Some(e) = st.error.take() {
-                        return Err(e);
+        let fed = async {
+            let mut next = Some(first);
+            while let Some(batch) = next {
+                if batch.schema().fields() != schema.fields() {
+                    return Err(PgError::bad_copy_file_format(
+                        "every record batch of one ingest must have the first one's columns",
+                    ));
+                }
+                let mut texts = batch_text(&batch)?;
+                for r in 0..batch.num_rows() {
+                    st.parser.line += 1;
+                    self.copy_identity_ids(&st).await?;
+                    let fields: Vec<format::Field> =
+                        texts.iter_mut().map(|c| c[r].take()).collect();
+                    let row = copy_row(&st.plan, &st.columns, (st.parser.line, fields))?;
+                    st.rows.push(row);
+                    if st.rows.len() >= per_flush {
+                        self.copy_flush(&mut st).await;
+                        if st.error.is_some() {
+                            return Ok(());
+                        }
                     }
                 }
+                if self.cancel.generation() != st.since {
+                    return Err(PgError::cancelled(false));
+                }
+                if st.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(PgError::cancelled(true));
+                }
+                next = batches.next().await.transpose()?;
             }
-            if self.cancel.generation() != st.since {
-                return Err(PgError::cancelled(false));
+            if !st.rows.is_empty() {
+                self.copy_flush(&mut st).await;
             }
-            if st.deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(PgError::cancelled(true));
-            }
-            next = batches.next().await.transpose()?;
+            Ok(())
         }
-        if !st.rows.is_empty() {
-            self.copy_flush(&mut st).await;
-            if let Some(e) = st.error.take() {
-                return Err(e);
-            }
+        .await;
+        // A flush in flight ends before the answer; its error comes first,
+        // its rows having come before.
+        self.copy_join(&mut st).await;
+        if let Some(e) = st.error.take() {
+            return Err(e);
         }
+        fed?;
         Ok(st.rows_done)
     }
 }
@@ -601,7 +713,15 @@ impl pgwire::api::copy::CopyHandler for ConnHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let st = self.session.copy_in.lock().await.take();
-        let applied = st.map_or(0, |s| s.rows_done);
+        let applied = match st {
+            Some(mut st) => {
+                // The rows already handed to a flush are written (or not)
+                // before the count is given.
+                self.copy_join(&mut st).await;
+                st.rows_done
+            }
+            None => 0,
+        };
         wire_error(
             PgError::query_canceled(format!("COPY from stdin failed: {}", fail.message)).detail(
                 format!("{applied} row(s) were applied before the client stopped the COPY."),
