@@ -231,3 +231,62 @@ async fn copy_into_indexed_tables_answers_as_into_plain_ones() {
         }
     }
 }
+
+/// A COPY of several flushes (10,000 rows each) writes one flush while it
+/// parses the next, and still answers as if it wrote them in turn: every
+/// row once, and when the first flush fails its error is the one given,
+/// with the line its rows end at, even though a later line was already
+/// found malformed; nothing after the failed flush is written.
+#[tokio::test]
+async fn copy_over_several_flushes_counts_and_fails_in_input_order() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    c.batch_execute("CREATE TABLE pipe (pk text, rk text, v int, PRIMARY KEY (pk, rk))")
+        .await
+        .unwrap();
+    let rows = |range: std::ops::Range<usize>, bad: Option<usize>| -> String {
+        range
+            .map(|i| match bad {
+                Some(b) if b == i => format!("p{}\tr{i:06}\tnot a number\n", i / 1000),
+                _ => format!("p{}\tr{i:06}\t{i}\n", i / 1000),
+            })
+            .collect()
+    };
+    let copy = |text: String| {
+        let c = &c;
+        async move {
+            let sink = c.copy_in("COPY pipe FROM STDIN").await.unwrap();
+            futures::pin_mut!(sink);
+            for chunk in text.as_bytes().chunks(64 << 10) {
+                sink.send(Cursor::new(chunk.to_vec())).await.unwrap();
+            }
+            sink.finish().await
+        }
+    };
+    assert_eq!(copy(rows(0..35_000, None)).await.unwrap(), 35_000);
+    let count = |sql: &'static str| {
+        let c = &c;
+        async move { c.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    assert_eq!(count("SELECT count(*) FROM pipe").await, 35_000);
+    assert_eq!(
+        count("SELECT sum(v)::bigint FROM pipe").await,
+        (0..35_000i64).sum::<i64>()
+    );
+
+    // Rows 40,001.. into new partitions after a first line that repeats a
+    // key already stored (the first flush fails); line 15,001 does not
+    // parse.
+    let mut text = String::from("p0\tr000100\t1\n");
+    text.push_str(&rows(40_001..65_000, Some(55_000)));
+    let err = copy(text).await.unwrap_err();
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "23505", "{err:?}");
+    let detail = db.detail().unwrap_or_default();
+    assert!(detail.contains("rows up to line 10000"), "{detail}");
+    assert_eq!(
+        count("SELECT count(*) FROM pipe WHERE rk >= 'r050000'").await,
+        0
+    );
+}
