@@ -123,13 +123,23 @@ pub(crate) fn sync_deferred_here() -> bool {
 
 /// Runs `f` with [`sync_deferred_here`] answering `defer`.
 pub(crate) fn with_deferral<T>(defer: bool, f: impl FnOnce() -> T) -> T {
-    struct Reset(bool);
+    with_flag(&DEFERRED_HERE, defer, f)
+}
+
+/// Runs `f` with the thread-local `flag` set to `value`, then puts back
+/// what it was (also when `f` panics).
+fn with_flag<T>(
+    flag: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+    value: bool,
+    f: impl FnOnce() -> T,
+) -> T {
+    struct Reset(&'static std::thread::LocalKey<std::cell::Cell<bool>>, bool);
     impl Drop for Reset {
         fn drop(&mut self) {
-            DEFERRED_HERE.with(|d| d.set(self.0));
+            self.0.with(|d| d.set(self.1));
         }
     }
-    let _reset = Reset(DEFERRED_HERE.with(|d| d.replace(defer)));
+    let _reset = Reset(flag, flag.with(|d| d.replace(value)));
     f()
 }
 
@@ -186,6 +196,13 @@ thread_local! {
 /// while it runs.
 pub fn write_on_this_thread() {
     WRITES_INLINE.with(|w| w.set(true));
+}
+
+/// [`write_on_this_thread`] for the length of `f` only: for a thread of a
+/// blocking pool that serves one client's work while `f` runs (a COPY's
+/// flush) and other work afterwards.
+pub fn writing_on_this_thread<T>(f: impl FnOnce() -> T) -> T {
+    with_flag(&WRITES_INLINE, true, f)
 }
 
 /// Runs a write: on this thread if [`write_on_this_thread`] marked it,

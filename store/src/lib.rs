@@ -54,7 +54,7 @@ pub mod retry;
 
 pub use api::{
     PartitionStats, ScanEstimate, TableInfo, TableStats, TableStore, deferring_sync,
-    write_on_this_thread,
+    write_on_this_thread, writing_on_this_thread,
 };
 pub use backend::{Backend, KeyOrder, RemoteStore};
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -289,4 +289,17 @@ async fn copy_over_several_flushes_counts_and_fails_in_input_order() {
         count("SELECT count(*) FROM pipe WHERE rk >= 'r050000'").await,
         0
     );
+
+    // The same when the malformed line is the last, without its newline
+    // (found only once the data has ended, while the first flush runs).
+    let mut text = String::from("p0\tr000100\t1\n");
+    text.push_str(&rows(40_001..55_000, None));
+    text.push_str("p99\tr099999\tnot a number");
+    let err = copy(text).await.unwrap_err();
+    let db = err.as_db_error().expect("a server error");
+    assert_eq!(db.code().code(), "23505", "{err:?}");
+    assert_eq!(
+        count("SELECT count(*) FROM pipe WHERE rk >= 'r050000'").await,
+        0
+    );
 }

@@ -84,7 +84,13 @@ impl ConnHandler {
         opts: tablegate_planner::ExecOptions,
         deadline: Option<Instant>,
     ) -> Response {
-        *self.session.copy_in.lock().await = Some(CopyIn {
+        let mut slot = self.session.copy_in.lock().await;
+        // A COPY the client abandoned with a protocol error: its last
+        // flush ends before this one's rows start.
+        if let Some(old) = slot.as_mut() {
+            self.copy_join(old).await;
+        }
+        *slot = Some(CopyIn {
             plan: plan.clone(),
             columns: columns.to_vec(),
             parser: format::Parser::new(format.clone()),
@@ -185,9 +191,6 @@ impl ConnHandler {
     /// holds. Errors are kept for CopyDone.
     async fn copy_progress(&self, st: &mut CopyIn, last: bool) {
         if st.error.is_some() {
-            if last {
-                self.copy_join(st).await;
-            }
             return;
         }
         let stopped = |st: &CopyIn| {
@@ -245,9 +248,6 @@ impl ConnHandler {
         }
         if !st.rows.is_empty() && (last || in_txn) {
             self.copy_flush(st).await;
-        }
-        if last {
-            self.copy_join(st).await;
         }
     }
 
@@ -312,14 +312,27 @@ impl ConnHandler {
             return self.copy_record(st, r, line);
         }
         let tag = tablegate_store::api::statement_tag();
-        let runtime = tokio::runtime::Handle::current();
-        // A thread of this connection's blocking pool, which then commits
-        // the flush's groups itself as the connection's thread would. Its
-        // timers (a throttled group's back-off) are driven by the
-        // connection's runtime, at the latest when it waits for this flush.
+        // A thread of the blocking pool commits the flush's groups itself,
+        // as the connection's thread would, under a runtime of its own: the
+        // connection's does not turn while its thread is blocked reading
+        // the next CopyData, and the flush's timers (a throttled group's
+        // back-off) and scan tasks must.
         let task = tokio::task::spawn_blocking(move || {
-            tablegate_store::write_on_this_thread();
-            tablegate_store::api::in_statement(tag, || runtime.block_on(write))
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            let runtime = match runtime {
+                Ok(r) => r,
+                Err(e) => {
+                    let e = tablegate_store::StoreError::Engine(format!(
+                        "no runtime for a COPY flush: {e}"
+                    ));
+                    return (Err(tablegate_planner::PlanError::Store(e)), Ok(()));
+                }
+            };
+            tablegate_store::writing_on_this_thread(|| {
+                tablegate_store::api::in_statement(tag, || runtime.block_on(write))
+            })
         });
         st.flushing = Some(Flushing { line, task });
     }
@@ -333,12 +346,16 @@ impl ConnHandler {
         };
         let r = match f.task.await {
             Ok(r) => r,
-            Err(e) => (
-                Err(tablegate_planner::PlanError::Store(
-                    tablegate_store::StoreError::Engine(format!("COPY write task failed: {e}")),
-                )),
-                Ok(()),
-            ),
+            Err(e) => {
+                // Some of its groups may be applied: they are made durable
+                // before anything is reported.
+                use tablegate_store::TableStore as _;
+                let e = tablegate_store::StoreError::Engine(format!("COPY write task failed: {e}"));
+                (
+                    Err(tablegate_planner::PlanError::Store(e)),
+                    self.planner.store().sync().await,
+                )
+            }
         };
         self.copy_record(st, r, f.line);
     }
@@ -681,6 +698,9 @@ impl pgwire::api::copy::CopyHandler for ConnHandler {
             )));
         };
         self.copy_progress(&mut st, true).await;
+        // Whichever way the data ended, the flush in flight ends before the
+        // answer, and its error comes before a later one.
+        self.copy_join(&mut st).await;
         if let Some(e) = st.error {
             return Err(wire_error(e));
         }
