@@ -272,9 +272,9 @@ impl ConnHandler {
 
     /// Writes (or, inside BEGIN, stages) the rows a COPY has buffered.
     ///
-    /// Outside a transaction block the write runs on another thread while
-    /// this one parses the next rows, so the two no longer take turns on
-    /// one core (over a remote service, in turn, see below). At most one flush is in
+    /// Outside a transaction block and over the embedded store, the write
+    /// runs on another thread while this one parses the next rows, so the
+    /// two no longer take turns on one core. At most one flush is in
     /// flight; its outcome is taken ([`copy_join`](Self::copy_join)) before
     /// the next starts and before COPY answers, so the counts, the durable
     /// line and the first error are as if the flushes ran in turn.
