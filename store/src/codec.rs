@@ -50,17 +50,20 @@ pub(crate) fn partition_end(id: u64, pk: &str) -> Vec<u8> {
     k
 }
 
-/// The PartitionKey's length in an entity key, without checking that the
-/// keys are UTF-8: the store wrote them from strings, and
-/// [`EncodedEntity`]'s accessors read a damaged key as empty.
-pub(crate) fn partition_key_len(key: &[u8]) -> Result<usize> {
-    key.get(TABLE_PREFIX_LEN..)
-        .and_then(|rest| rest.iter().position(|b| *b == 0))
-        .ok_or_else(|| StoreError::Corrupt("entity key without key separator".into()))
-}
-
 /// Splits an engine key back into (pk, rk), after its table prefix.
 pub(crate) fn split_entity_key(key: &[u8]) -> Result<(&str, &str)> {
+    let (pk, rk) = split_entity_key_bytes(key)?;
+    let pk = std::str::from_utf8(pk)
+        .map_err(|_| StoreError::Corrupt("PartitionKey is not UTF-8".into()))?;
+    let rk =
+        std::str::from_utf8(rk).map_err(|_| StoreError::Corrupt("RowKey is not UTF-8".into()))?;
+    Ok((pk, rk))
+}
+
+/// [`split_entity_key`] without the UTF-8 checks, for a scan that only
+/// compares the keys: the store wrote them from strings, and
+/// [`EncodedEntity`]'s accessors read a damaged key as empty.
+pub(crate) fn split_entity_key_bytes(key: &[u8]) -> Result<(&[u8], &[u8])> {
     let rest = key
         .get(TABLE_PREFIX_LEN..)
         .ok_or_else(|| StoreError::Corrupt("entity key shorter than its table prefix".into()))?;
@@ -68,11 +71,7 @@ pub(crate) fn split_entity_key(key: &[u8]) -> Result<(&str, &str)> {
         .iter()
         .position(|b| *b == 0)
         .ok_or_else(|| StoreError::Corrupt("entity key without key separator".into()))?;
-    let pk = std::str::from_utf8(&rest[..sep])
-        .map_err(|_| StoreError::Corrupt("PartitionKey is not UTF-8".into()))?;
-    let rk = std::str::from_utf8(&rest[sep + 1..])
-        .map_err(|_| StoreError::Corrupt("RowKey is not UTF-8".into()))?;
-    Ok((pk, rk))
+    Ok((&rest[..sep], &rest[sep + 1..]))
 }
 
 /// Statistics key of partition `pk` in table `id`.
@@ -489,7 +488,7 @@ struct EncodedAt {
 
 impl EncodedEntities {
     /// Appends an entity: its engine key, whose PartitionKey is `pk_len`
-    /// bytes long ([`partition_key_len`]), and its value, at `value` in
+    /// bytes long ([`split_entity_key_bytes`]), and its value, at `value` in
     /// `buffer`. A buffer that is the last one appended (the same chunk) is
     /// not held again.
     pub(crate) fn push(

@@ -34,7 +34,7 @@ use crate::entity::{DateTime, Entity};
 use crate::error::{Result, StoreError};
 use crate::limits;
 use crate::ops::{Effect, OpOutcome, Operation, Written, check_batch};
-use crate::query::{ContinuationToken, Page, PageRequest, Query, Resume};
+use crate::query::{ContinuationToken, KeyTest, Page, PageRequest, Query, Resume};
 use crate::{PartitionStats, ScanEstimate, TableInfo, TableStats};
 
 const LOCK_STRIPES: usize = 1024;
@@ -917,9 +917,10 @@ impl Inner {
         };
         let token = |resume: Resume| Some(ContinuationToken::encode(fingerprint, &resume));
         let ranges = query.byte_ranges(t.id);
-        // Keys need no test when the byte ranges are the spans (the common
-        // case: a partition, a RowKey range, a full scan).
-        let exact = query.spans_byte_exact();
+        // Keys need no test when the byte ranges are the spans (a
+        // partition, a RowKey range), and only the RowKey when every span
+        // has the same RowKey bounds (a scan across partitions).
+        let key_test = query.key_test();
         for (ri, (start, end)) in ranges.iter().enumerate() {
             if let Some(from) = &resume_from
                 && end <= from
@@ -947,15 +948,18 @@ impl Inner {
                         return Ok(false);
                     }
                     page.scanned += 1;
-                    if req.encoded && exact && query.filter.is_none() {
-                        // Every pair is in the answer, and nothing reads
-                        // its keys here: no split, no UTF-8 check per
+                    let (pk, rk) = codec::split_entity_key_bytes(k)?;
+                    let in_span = match key_test {
+                        KeyTest::None => true,
+                        KeyTest::RowKey(r) => r.contains_bytes(rk),
+                        KeyTest::Spans => query.spans.iter().any(|b| b.contains_bytes(pk, rk)),
+                    };
+                    if in_span && req.encoded && query.filter.is_none() {
+                        // Nothing reads the keys here: no UTF-8 check per
                         // entity (a full scan for an aggregate).
-                        let pk_len = codec::partition_key_len(k)?;
-                        page.encoded.push(k, pk_len, buf, v);
-                    } else if let (pk, rk) = codec::split_entity_key(k)?
-                        && (exact || query.spans.iter().any(|b| b.contains(pk, rk)))
-                    {
+                        page.encoded.push(k, pk.len(), buf, v);
+                    } else if in_span {
+                        let (pk, rk) = codec::split_entity_key(k)?;
                         let value = &buf[v.clone()];
                         if req.encoded {
                             let selected = match (&query.filter, &filter_props) {

@@ -110,16 +110,22 @@ impl KeyInterval {
 
     /// True when `k` lies inside.
     pub fn contains(&self, k: &str) -> bool {
+        self.contains_bytes(k.as_bytes())
+    }
+
+    /// True when the UTF-8 key `k` lies inside. Strings order as their
+    /// UTF-8 bytes, so a scan can test a stored key without validating it.
+    pub(crate) fn contains_bytes(&self, k: &[u8]) -> bool {
         let above = match &self.lo {
             Bound::Unbounded => true,
-            Bound::Included(lo) => k >= lo.as_str(),
-            Bound::Excluded(lo) => k > lo.as_str(),
+            Bound::Included(lo) => k >= lo.as_bytes(),
+            Bound::Excluded(lo) => k > lo.as_bytes(),
         };
         above
             && match &self.hi {
                 Bound::Unbounded => true,
-                Bound::Included(hi) => k <= hi.as_str(),
-                Bound::Excluded(hi) => k < hi.as_str(),
+                Bound::Included(hi) => k <= hi.as_bytes(),
+                Bound::Excluded(hi) => k < hi.as_bytes(),
             }
     }
 
@@ -189,7 +195,12 @@ impl KeyBox {
 
     /// True when (pk, rk) lies inside.
     pub fn contains(&self, pk: &str, rk: &str) -> bool {
-        self.pk.contains(pk) && self.rk.contains(rk)
+        self.contains_bytes(pk.as_bytes(), rk.as_bytes())
+    }
+
+    /// [`KeyBox::contains`] for UTF-8 keys not yet validated.
+    pub(crate) fn contains_bytes(&self, pk: &[u8], rk: &[u8]) -> bool {
+        self.pk.contains_bytes(pk) && self.rk.contains_bytes(rk)
     }
 
     /// Whether [`KeyBox::byte_range`] holds exactly this box's keys: a
@@ -230,6 +241,21 @@ impl KeyBox {
         };
         (start < end).then_some((start, end))
     }
+}
+
+/// The test a scan applies to each entity's keys ([`Query::key_test`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyTest<'a> {
+    /// None: every entity in the byte ranges lies in a span.
+    None,
+    /// Every span has this RowKey interval. A span's byte range only holds
+    /// PartitionKeys of the span (a single partition's range is byte exact
+    /// in both keys), so an entity in the ranges lies in a span exactly
+    /// when its RowKey lies in this interval: the common case of a scan
+    /// across partitions that stops below a table's index entries.
+    RowKey(&'a KeyInterval),
+    /// Each span in turn.
+    Spans,
 }
 
 /// The smallest byte string greater than `k`.
@@ -297,6 +323,20 @@ impl Query {
     /// merged only where they overlap or touch).
     pub(crate) fn spans_byte_exact(&self) -> bool {
         self.spans.iter().all(KeyBox::byte_exact)
+    }
+
+    /// How a scan of [`Query::byte_ranges`] tells which entities lie in a
+    /// span.
+    pub(crate) fn key_test(&self) -> KeyTest<'_> {
+        if self.spans_byte_exact() {
+            return KeyTest::None;
+        }
+        match self.spans.split_first() {
+            Some((first, rest)) if rest.iter().all(|b| b.rk == first.rk) => {
+                KeyTest::RowKey(&first.rk)
+            }
+            _ => KeyTest::Spans,
+        }
     }
 
     /// Whether a page's work is bounded by its size: every scanned entity
