@@ -36,6 +36,9 @@ use config::ServeArgs;
 /// objects on every request from many threads, where glibc's malloc spent a
 /// third of a 100-row range query's CPU (bench/README.md). Built without
 /// transparent huge pages (the `no_thp` feature; Cargo.toml says why).
+/// The `system-alloc` feature builds with the system allocator instead, for
+/// heap profilers that intercept `malloc` (heaptrack): never for serving.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
