@@ -108,6 +108,33 @@ impl KeyInterval {
         }
     }
 
+    /// The same interval of the keys a store can hold, with bounds free of
+    /// U+0000. No stored key has that character, so a bound `x\0…` lies
+    /// between `x` and every longer key that starts with `x`: it is `> x`
+    /// as a lower bound and `<= x` as an upper one. The engine ends each
+    /// PartitionKey with a 0x00 byte, and a bound holding one would put a
+    /// byte range's edge inside the partition `x`.
+    fn without_nul(&self) -> std::borrow::Cow<'_, KeyInterval> {
+        let cut = |b: &Bound<String>, lower: bool| match b {
+            Bound::Included(k) | Bound::Excluded(k) => k.find('\0').map(|i| {
+                let x = k[..i].to_owned();
+                if lower {
+                    Bound::Excluded(x)
+                } else {
+                    Bound::Included(x)
+                }
+            }),
+            Bound::Unbounded => None,
+        };
+        match (cut(&self.lo, true), cut(&self.hi, false)) {
+            (None, None) => std::borrow::Cow::Borrowed(self),
+            (lo, hi) => std::borrow::Cow::Owned(KeyInterval {
+                lo: lo.unwrap_or_else(|| self.lo.clone()),
+                hi: hi.unwrap_or_else(|| self.hi.clone()),
+            }),
+        }
+    }
+
     /// True when `k` lies inside.
     pub fn contains(&self, k: &str) -> bool {
         self.contains_bytes(k.as_bytes())
@@ -215,11 +242,12 @@ impl KeyBox {
     /// The engine byte range `[start, end)` that covers this box in table
     /// `id`; `None` when the box is empty.
     pub(crate) fn byte_range(&self, id: u64) -> Option<(Vec<u8>, Vec<u8>)> {
-        if self.pk.is_empty() || self.rk.is_empty() {
+        let pk = self.pk.without_nul();
+        if pk.is_empty() || self.rk.is_empty() {
             return None;
         }
-        let single = self.pk.as_point();
-        let start = match (&self.pk.lo, single) {
+        let single = pk.as_point();
+        let start = match (&pk.lo, single) {
             (Bound::Unbounded, _) => codec::table_prefix(id).to_vec(),
             (Bound::Included(p), Some(_)) => match &self.rk.lo {
                 Bound::Unbounded => codec::partition_start(id, p),
@@ -229,7 +257,7 @@ impl KeyBox {
             (Bound::Included(p), None) => codec::partition_start(id, p),
             (Bound::Excluded(p), _) => codec::partition_end(id, p),
         };
-        let end = match (&self.pk.hi, single) {
+        let end = match (&pk.hi, single) {
             (Bound::Unbounded, _) => codec::table_prefix(id + 1).to_vec(),
             (Bound::Included(p), Some(_)) => match &self.rk.hi {
                 Bound::Unbounded => codec::partition_end(id, p),

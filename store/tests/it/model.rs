@@ -51,7 +51,10 @@ const BAD_KEYS: &[&str] = &[
     "\t",
 ];
 /// Extra strings for query bounds and filter constants (never stored).
-const EXTRA_QUERY_KEYS: &[&str] = &["a\u{1}", "aa", "c", "0a", "\u{7f}", "zzz", "1", "É"];
+/// (`a\0`: no stored key holds U+0000, but a query's bound may.)
+const EXTRA_QUERY_KEYS: &[&str] = &[
+    "a\u{1}", "a\u{0}", "aa", "c", "0a", "\u{7f}", "zzz", "1", "É",
+];
 /// Property names the writes use.
 const NAMES: &[&str] = &["n", "s", "d", "flag"];
 /// Property names that break the identifier rules or are reserved.
