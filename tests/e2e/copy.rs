@@ -303,3 +303,46 @@ async fn copy_over_several_flushes_counts_and_fails_in_input_order() {
         0
     );
 }
+
+/// U+0000 is not text to PostgreSQL: a parameter or a COPY line holding it
+/// is refused with 22021 as PostgreSQL refuses it, and nothing of that COPY
+/// is written. (A PartitionKey bound holding it once began a scan's byte
+/// range inside partition `a`.)
+#[tokio::test]
+async fn text_holding_nul_is_refused_as_postgresql_refuses_it() {
+    let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);
+    let (c, conn) = tokio_postgres::connect(&s.conn_str(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    c.batch_execute(
+        "CREATE TABLE nul (pk text, rk text, v int, PRIMARY KEY (pk, rk));
+         INSERT INTO nul VALUES ('a', 'b', 1)",
+    )
+    .await
+    .unwrap();
+    let refused = |e: tokio_postgres::Error| {
+        let db = e.as_db_error().expect("a server error");
+        (db.code().code().to_owned(), db.message().to_owned())
+    };
+    let sql = "SELECT v FROM nul WHERE pk > $1";
+    let (code, msg) = refused(c.query(sql, &[&"a\0"]).await.expect_err("a NUL parameter"));
+    assert_eq!(code, "22021", "{msg}");
+    assert!(msg.contains("0x00") && msg.contains("$1"), "{msg}");
+    assert!(c.query(sql, &[&"a"]).await.unwrap().is_empty());
+    let ge = "SELECT v FROM nul WHERE pk >= $1";
+    assert_eq!(c.query(ge, &[&"a"]).await.unwrap().len(), 1);
+
+    let sink = c.copy_in("COPY nul FROM STDIN").await.unwrap();
+    futures::pin_mut!(sink);
+    sink.send(Cursor::new(b"c\td\t2\nc\0x\te\t3\n".to_vec()))
+        .await
+        .unwrap();
+    let (code, msg) = refused(sink.finish().await.expect_err("a NUL in COPY"));
+    assert_eq!(code, "22021", "{msg}");
+    assert!(msg.contains("0x00") && msg.contains("line 2"), "{msg}");
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM nul", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}

@@ -163,6 +163,14 @@ pub(super) fn decode_param(
                         i + 1
                     ))
                 })?;
+                // As in PostgreSQL, whose text never holds U+0000 (nor
+                // does a stored key).
+                if text.contains('\0') {
+                    return Err(PgError::character_not_in_repertoire(format!(
+                        "parameter ${}: invalid byte sequence for encoding \"UTF8\": 0x00",
+                        i + 1
+                    )));
+                }
                 Some(want.parse_text(text).map_err(|e| PgError::from(&e))?)
             }
         },

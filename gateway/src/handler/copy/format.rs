@@ -319,6 +319,12 @@ impl Parser {
                     "invalid byte sequence for encoding \"UTF8\" on line {line}"
                 ))
             })?;
+            // As in PostgreSQL, whose text never holds U+0000.
+            if text.contains('\0') {
+                return Err(PgError::character_not_in_repertoire(format!(
+                    "invalid byte sequence for encoding \"UTF8\": 0x00 on line {line}"
+                )));
+            }
             let text = text.strip_suffix('\r').unwrap_or(&text);
             if text == "\\." {
                 self.ended = true;
