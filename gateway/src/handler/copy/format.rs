@@ -319,11 +319,8 @@ impl Parser {
                     "invalid byte sequence for encoding \"UTF8\" on line {line}"
                 ))
             })?;
-            // As in PostgreSQL, whose text never holds U+0000.
             if text.contains('\0') {
-                return Err(PgError::character_not_in_repertoire(format!(
-                    "invalid byte sequence for encoding \"UTF8\": 0x00 on line {line}"
-                )));
+                return Err(nul_on_line(line));
             }
             let text = text.strip_suffix('\r').unwrap_or(&text);
             if text == "\\." {
@@ -338,6 +335,10 @@ impl Parser {
                 Format::Text => self.text_fields(text, line)?,
                 Format::Csv => self.csv_fields(text, line)?,
             };
+            // Nor from an escape (`\0` in text format).
+            if fields.iter().flatten().any(|f| f.contains('\0')) {
+                return Err(nul_on_line(line));
+            }
             return Ok(Some((line, fields)));
         }
     }
@@ -522,6 +523,14 @@ impl Parser {
     }
 }
 
+/// A record holding U+0000, refused as PostgreSQL refuses it: its text
+/// never holds that character.
+fn nul_on_line(line: u64) -> PgError {
+    PgError::character_not_in_repertoire(format!(
+        "invalid byte sequence for encoding \"UTF8\": 0x00 on line {line}"
+    ))
+}
+
 /// Is this `COPY ... FROM STDIN` / `TO STDOUT`? (`COPY ... FROM 'file'`
 /// reads the server's files: refused.)
 pub fn check_target(target: &ast::CopyTarget, to: bool) -> Result<(), PgError> {
@@ -582,6 +591,24 @@ mod tests {
                 (2, vec![s("x\\y"), s("A"), s("")]),
             ]
         );
+    }
+
+    /// U+0000 is refused (22021) whether it arrives as a byte or from a
+    /// text-format escape, after the records before it.
+    #[test]
+    fn nul_is_refused_as_a_byte_and_from_an_escape() {
+        for (input, fmt) in [
+            (&b"ok\n\\0\n"[..], text()),
+            (&b"ok\nn\0l\n"[..], text()),
+            (&b"ok\n\"n\0l\"\n"[..], csv(false)),
+        ] {
+            let mut p = Parser::new(fmt);
+            p.feed(input);
+            assert_eq!(p.next_record(true).unwrap(), Some((1, vec![s("ok")])));
+            let e = p.next_record(true).expect_err("a NUL");
+            assert_eq!(e.code, "22021", "{input:?}");
+            assert!(e.message.contains("0x00 on line 2"), "{}", e.message);
+        }
     }
 
     #[test]
