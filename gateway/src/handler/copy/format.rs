@@ -319,9 +319,6 @@ impl Parser {
                     "invalid byte sequence for encoding \"UTF8\" on line {line}"
                 ))
             })?;
-            if text.contains('\0') {
-                return Err(nul_on_line(line));
-            }
             let text = text.strip_suffix('\r').unwrap_or(&text);
             if text == "\\." {
                 self.ended = true;
@@ -335,7 +332,8 @@ impl Parser {
                 Format::Text => self.text_fields(text, line)?,
                 Format::Csv => self.csv_fields(text, line)?,
             };
-            // Nor from an escape (`\0` in text format).
+            // Checked in the fields, not the line: a NUL byte may be a
+            // client's delimiter or quote, and an escape (`\0`) makes one.
             if fields.iter().flatten().any(|f| f.contains('\0')) {
                 return Err(nul_on_line(line));
             }
