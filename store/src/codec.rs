@@ -53,6 +53,11 @@ pub(crate) fn partition_end(id: u64, pk: &str) -> Vec<u8> {
 /// Splits an engine key back into (pk, rk), after its table prefix.
 pub(crate) fn split_entity_key(key: &[u8]) -> Result<(&str, &str)> {
     let (pk, rk) = split_entity_key_bytes(key)?;
+    entity_key_strs(pk, rk)
+}
+
+/// The UTF-8 check of keys [`split_entity_key_bytes`] split.
+pub(crate) fn entity_key_strs<'a>(pk: &'a [u8], rk: &'a [u8]) -> Result<(&'a str, &'a str)> {
     let pk = std::str::from_utf8(pk)
         .map_err(|_| StoreError::Corrupt("PartitionKey is not UTF-8".into()))?;
     let rk =

@@ -959,7 +959,7 @@ impl Inner {
                         // entity (a full scan for an aggregate).
                         page.encoded.push(k, pk.len(), buf, v);
                     } else if in_span {
-                        let (pk, rk) = codec::split_entity_key(k)?;
+                        let (pk, rk) = codec::entity_key_strs(pk, rk)?;
                         let value = &buf[v.clone()];
                         if req.encoded {
                             let selected = match (&query.filter, &filter_props) {

@@ -132,6 +132,13 @@ impl CopyFormat {
         let unsupported = |m: &str| PgError::feature_not_supported(m.to_owned());
         let invalid = |m: &str| PgError::invalid_parameter_value(m.to_owned());
         let line_break = |c: char| c == '\n' || c == '\r';
+        // PostgreSQL's options are SQL literals, which never hold U+0000;
+        // refused here as its lexer refuses the literal.
+        if [self.delimiter, self.quote, self.escape].contains(&'\0') || self.null.contains('\0') {
+            return Err(PgError::character_not_in_repertoire(
+                "invalid byte sequence for encoding \"UTF8\": 0x00".to_owned(),
+            ));
+        }
         if !self.delimiter.is_ascii() {
             return Err(unsupported(
                 "COPY delimiter must be a single one-byte character",
@@ -675,6 +682,10 @@ mod tests {
             (vec![CopyOption::Delimiter('\n')], "22023", "newline"),
             (vec![CopyOption::Delimiter('é')], "0A000", "one-byte"),
             (vec![CopyOption::Delimiter('a')], "22023", "cannot be \"a\""),
+            (vec![CopyOption::Delimiter('\0')], "22021", "0x00"),
+            (vec![csv(), CopyOption::Quote('\0')], "22021", "0x00"),
+            (vec![csv(), CopyOption::Escape('\0')], "22021", "0x00"),
+            (vec![CopyOption::Null("a\0".into())], "22021", "0x00"),
             (
                 vec![CopyOption::Quote('"')],
                 "0A000",
