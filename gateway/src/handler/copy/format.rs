@@ -44,6 +44,27 @@ impl CopyFormat {
         options: &[CopyOption],
         legacy: &[CopyLegacyOption],
     ) -> Result<CopyFormat, PgError> {
+        // PostgreSQL's options are SQL literals, which never hold U+0000:
+        // its lexer refuses one before any option is looked at.
+        let nul = |c: &char| *c == '\0';
+        let holds_nul = options.iter().any(|o| match o {
+            CopyOption::Delimiter(c) | CopyOption::Quote(c) | CopyOption::Escape(c) => nul(c),
+            CopyOption::Null(n) => n.contains('\0'),
+            _ => false,
+        }) || legacy.iter().any(|o| match o {
+            CopyLegacyOption::Delimiter(c) => nul(c),
+            CopyLegacyOption::Null(n) => n.contains('\0'),
+            CopyLegacyOption::Csv(csv) => csv.iter().any(|c| match c {
+                CopyLegacyCsvOption::Quote(c) | CopyLegacyCsvOption::Escape(c) => nul(c),
+                _ => false,
+            }),
+            _ => false,
+        });
+        if holds_nul {
+            return Err(PgError::character_not_in_repertoire(
+                "invalid byte sequence for encoding \"UTF8\": 0x00".to_owned(),
+            ));
+        }
         let mut format = Format::Text;
         let mut delimiter = None;
         let mut null = None;
@@ -132,13 +153,6 @@ impl CopyFormat {
         let unsupported = |m: &str| PgError::feature_not_supported(m.to_owned());
         let invalid = |m: &str| PgError::invalid_parameter_value(m.to_owned());
         let line_break = |c: char| c == '\n' || c == '\r';
-        // PostgreSQL's options are SQL literals, which never hold U+0000;
-        // refused here as its lexer refuses the literal.
-        if [self.delimiter, self.quote, self.escape].contains(&'\0') || self.null.contains('\0') {
-            return Err(PgError::character_not_in_repertoire(
-                "invalid byte sequence for encoding \"UTF8\": 0x00".to_owned(),
-            ));
-        }
         if !self.delimiter.is_ascii() {
             return Err(unsupported(
                 "COPY delimiter must be a single one-byte character",
@@ -686,6 +700,8 @@ mod tests {
             (vec![csv(), CopyOption::Quote('\0')], "22021", "0x00"),
             (vec![csv(), CopyOption::Escape('\0')], "22021", "0x00"),
             (vec![CopyOption::Null("a\0".into())], "22021", "0x00"),
+            // Before the text-mode refusal of QUOTE, as PostgreSQL's lexer.
+            (vec![CopyOption::Quote('\0')], "22021", "0x00"),
             (
                 vec![CopyOption::Quote('"')],
                 "0A000",

@@ -81,8 +81,9 @@ impl PartitionedFilterWriter {
         )]
         let bytes_written = (header.data_length as usize + BlockHeader::serialized_len()) as u32;
 
+        // tablegate patch: a copy, as in `Writer::spill_block`.
         self.tli_handles.push(KeyedBlockHandle::new(
-            key.clone(),
+            crate::UserKey::from(&**key),
             0,
             BlockHandle::new(BlockOffset(self.relative_file_pos), bytes_written),
         ));
