@@ -108,6 +108,10 @@ impl PgError {
     }
 }
 
+/// The message of 22021 for U+0000 in text, which PostgreSQL's text never
+/// holds (a parameter, a COPY option or a COPY line say where, around it).
+pub const NUL_IN_TEXT: &str = "invalid byte sequence for encoding \"UTF8\": 0x00";
+
 /// Named constructors, one per SQLSTATE a call site raises directly
 /// (PostgreSQL's condition names): the codes live here, not at the call
 /// sites.

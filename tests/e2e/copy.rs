@@ -306,8 +306,8 @@ async fn copy_over_several_flushes_counts_and_fails_in_input_order() {
 
 /// U+0000 is not text to PostgreSQL: a parameter or a COPY line holding it
 /// is refused with 22021 as PostgreSQL refuses it, and nothing of that COPY
-/// is written. (A PartitionKey bound holding it once began a scan's byte
-/// range inside partition `a`.)
+/// is written; let through, a parameter holding it would become a key bound
+/// the store cannot hold.
 #[tokio::test]
 async fn text_holding_nul_is_refused_as_postgresql_refuses_it() {
     let s = TestServer::demo(&["--throttle", "off", "--runners", "1"]);

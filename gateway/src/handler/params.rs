@@ -16,7 +16,7 @@ use tablegate_store::Value;
 
 use super::prepare::Parsed;
 use crate::encode::pg_type;
-use crate::sqlstate::PgError;
+use crate::sqlstate::{NUL_IN_TEXT, PgError};
 
 /// Parameter `i` of a portal as `T`: what pgwire's `Portal::parameter`
 /// does, except that a text-format value is parsed with one shared
@@ -167,7 +167,7 @@ pub(super) fn decode_param(
                 // does a stored key).
                 if text.contains('\0') {
                     return Err(PgError::character_not_in_repertoire(format!(
-                        "parameter ${}: invalid byte sequence for encoding \"UTF8\": 0x00",
+                        "parameter ${}: {NUL_IN_TEXT}",
                         i + 1
                     )));
                 }

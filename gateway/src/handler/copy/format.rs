@@ -9,7 +9,7 @@
 
 use sqlparser::ast::{self, CopyLegacyCsvOption, CopyLegacyOption, CopyOption};
 
-use crate::sqlstate::PgError;
+use crate::sqlstate::{NUL_IN_TEXT, PgError};
 
 /// Text or CSV.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,9 +61,7 @@ impl CopyFormat {
             _ => false,
         });
         if holds_nul {
-            return Err(PgError::character_not_in_repertoire(
-                "invalid byte sequence for encoding \"UTF8\": 0x00".to_owned(),
-            ));
+            return Err(PgError::character_not_in_repertoire(NUL_IN_TEXT));
         }
         let mut format = Format::Text;
         let mut delimiter = None;
@@ -545,9 +543,7 @@ impl Parser {
 /// A record holding U+0000, refused as PostgreSQL refuses it: its text
 /// never holds that character.
 fn nul_on_line(line: u64) -> PgError {
-    PgError::character_not_in_repertoire(format!(
-        "invalid byte sequence for encoding \"UTF8\": 0x00 on line {line}"
-    ))
+    PgError::character_not_in_repertoire(format!("{NUL_IN_TEXT} on line {line}"))
 }
 
 /// Is this `COPY ... FROM STDIN` / `TO STDOUT`? (`COPY ... FROM 'file'`
