@@ -2,6 +2,7 @@
 //! `tests/` would be its own binary linking everything).
 
 mod basics;
+mod compaction_memory;
 mod crash;
 mod limits;
 mod model;
